@@ -1,0 +1,32 @@
+# Lantau developer entry points: `make run` starts everything on this machine, `make test` runs the suite.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Touched after a successful install: reinstall only when pyproject.toml is newer, so reruns start at once.
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint install
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python scripts/quickstart.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+# Unless both DATABASE_URL and REDIS_URL are given, the suite runs against private PostgreSQL/Redis
+# started under var/ for its duration (only the missing one is started).
+EMBEDDED := $(if $(and $(DATABASE_URL),$(REDIS_URL)),,$(BIN)/python -m console.embedded run --)
+
+# Settings refuse to start without SECRET_KEY; the suite gets a throwaway one unless the caller sets it.
+test: $(STAMP)
+	bash scripts/ensure_browser.sh
+	$(BIN)/ruff check .
+	SECRET_KEY="$${SECRET_KEY:-test-only-$$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}" \
+		$(EMBEDDED) $(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -1,0 +1,102 @@
+"""Writes for teams, members and API keys. Each write records an audit event."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from accounts import keycache
+from accounts.keys import key_generate
+from accounts.models import ApiKey, ApiKeyScope, AuditEvent, Membership, Role, Team
+from console.errors import Forbidden, NotFound, ValidationFailed
+
+User = get_user_model()
+
+
+def audit_record(*, team: Team | None, actor, action: str, target: str = "", data: dict | None = None) -> None:
+    AuditEvent.objects.create(team=team, actor=actor, action=action, target=target, data=data or {})
+
+
+def require_writer(*, team: Team, user) -> Membership:
+    """Return the user's membership of `team`, refusing viewers and outsiders."""
+    membership = Membership.objects.filter(team=team, user=user).first()
+    if membership is None:
+        raise NotFound("team not found")
+    if not membership.can_write:
+        raise Forbidden("your role in this team is read-only")
+    return membership
+
+
+@transaction.atomic
+def team_create(*, name: str, owner) -> Team:
+    """Create a team with `owner` as its first member."""
+    if Team.objects.filter(name=name).exists():
+        raise ValidationFailed(f"a team named {name!r} already exists")
+    team = Team.objects.create(name=name)
+    Membership.objects.create(team=team, user=owner, role=Role.OWNER)
+    audit_record(team=team, actor=owner, action="team.create", target=name)
+    return team
+
+
+@transaction.atomic
+def member_add(*, team: Team, user, role: str, actor) -> Membership:
+    """Add `user` to `team` with `role`; only owners may do so."""
+    acting = Membership.objects.filter(team=team, user=actor).first()
+    if acting is None or acting.role != Role.OWNER:
+        raise Forbidden("only team owners can add members")
+    if role not in Role.values:
+        raise ValidationFailed(f"unknown role {role!r}")
+    membership, _ = Membership.objects.update_or_create(team=team, user=user, defaults={"role": role})
+    audit_record(team=team, actor=actor, action="member.add", target=user.username, data={"role": role})
+    return membership
+
+
+def api_key_create(*, team: Team, actor, name: str, scopes: list[str] | None = None) -> tuple[ApiKey, str]:
+    """Create a key and return it with its clear text, which is never stored and shown only now."""
+    name = (name or "").strip()
+    if not name or len(name) > 100:
+        raise ValidationFailed("key name must be 1 to 100 characters")
+    scopes = sorted(set(scopes or [ApiKeyScope.INFERENCE]))
+    unknown = [s for s in scopes if s not in ApiKeyScope.values]
+    if unknown:
+        raise ValidationFailed(f"unknown scope(s): {', '.join(unknown)}")
+    require_writer(team=team, user=actor)
+    clear, prefix, digest = key_generate()
+    with transaction.atomic():
+        api_key = ApiKey.objects.create(
+            team=team, created_by=actor, name=name, prefix=prefix, key_hash=digest, scopes=scopes
+        )
+        audit_record(team=team, actor=actor, action="api_key.create", target=prefix, data={"scopes": scopes})
+    return api_key, clear
+
+
+def api_key_revoke(*, team: Team, actor, key_id: int) -> ApiKey:
+    """Revoke a key; the cache entry goes at once so the gateway refuses it on the next request."""
+    require_writer(team=team, user=actor)
+    with transaction.atomic():
+        api_key = ApiKey.objects.select_for_update().filter(team=team, pk=key_id).first()
+        if api_key is None:
+            raise NotFound("API key not found")
+        if api_key.revoked_at is None:
+            api_key.revoked_at = timezone.now()
+            api_key.save(update_fields=["revoked_at"])
+            audit_record(team=team, actor=actor, action="api_key.revoke", target=api_key.prefix)
+    keycache.cache_drop(api_key.key_hash)
+    return api_key
+
+
+def user_ensure_admin(*, username: str = "admin", team_name: str = "default") -> tuple[object, str | None]:
+    """Create the first superuser and its team if missing; return (user, password or None if it existed)."""
+    import secrets
+
+    user = User.objects.filter(username=username).first()
+    if user is not None:
+        return user, None
+    password = secrets.token_urlsafe(12)
+    with transaction.atomic():
+        user = User.objects.create_superuser(username=username, email="", password=password)
+        team = Team.objects.filter(name=team_name).first() or Team.objects.create(name=team_name)
+        Membership.objects.get_or_create(team=team, user=user, defaults={"role": Role.OWNER})
+        audit_record(team=team, actor=user, action="user.bootstrap_admin", target=username)
+    return user, password

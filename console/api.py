@@ -1,0 +1,72 @@
+"""The management API (`/api/v1/`): one NinjaAPI mounting each app's router, one error handler."""
+
+from __future__ import annotations
+
+from django.http import Http404
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+
+from accounts.api import router as accounts_router
+from console.auth import team_auth
+from console.errors import ApplicationError
+from inference.api.deployments import router as deployments_router
+from inference.api.models import router as models_router
+from inference.api.nodes import router as nodes_router
+
+api = NinjaAPI(
+    title="Lantau management API",
+    version="1",
+    urls_namespace="api",
+    auth=team_auth,
+    description="Models, deployments, nodes and API keys. Authenticate with a session or a `manage`-scoped API key.",
+)
+
+
+def _error(request, status: int, type_: str, message: str, headers: dict | None = None):
+    response = api.create_response(request, {"error": {"type": type_, "message": message}}, status=status)
+    for key, value in (headers or {}).items():
+        response[key] = value
+    return response
+
+
+@api.exception_handler(ApplicationError)
+def on_application_error(request, exc: ApplicationError):
+    return _error(request, exc.status, exc.type, exc.message, exc.headers)
+
+
+@api.exception_handler(AuthenticationError)
+def on_auth_error(request, exc):
+    return _error(request, 401, "unauthorized", "sign in or send a valid API key with the `manage` scope")
+
+
+@api.exception_handler(NinjaValidationError)
+def on_validation_error(request, exc: NinjaValidationError):
+    first = exc.errors[0] if exc.errors else {}
+    where = ".".join(str(p) for p in first.get("loc", []) if p not in ("body", "payload"))
+    message = f"{where}: {first.get('msg', 'invalid input')}" if where else first.get("msg", "invalid input")
+    return _error(request, 422, "validation_error", message)
+
+
+@api.exception_handler(Http404)
+def on_not_found(request, exc):
+    return _error(request, 404, "not_found", "not found")
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request, exc: HttpError):
+    return _error(request, exc.status_code, "error", str(exc))
+
+
+@api.exception_handler(Exception)
+def on_unexpected(request, exc):
+    import logging
+
+    logging.getLogger("console.api").exception("unhandled error in %s", request.path)
+    return _error(request, 500, "internal_error", "internal error; the details are in the server log")
+
+
+api.add_router("/keys", accounts_router)
+api.add_router("/models", models_router)
+api.add_router("/deployments", deployments_router)
+api.add_router("/nodes", nodes_router)

@@ -1,0 +1,46 @@
+"""Dashboard and the console's own health endpoints."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.db import connection
+from django.http import JsonResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from accounts import keycache
+from accounts.selectors import membership_for
+from inference import selectors
+
+
+@require_GET
+def healthz(request):
+    return JsonResponse({"status": "ok"})
+
+
+@require_GET
+def readyz(request):
+    """Ready when PostgreSQL and Redis both answer; 503 naming what is down otherwise."""
+    problems = []
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception:
+        problems.append("database")
+    try:
+        keycache.client().ping()
+    except Exception:
+        problems.append("redis")
+    if problems:
+        return JsonResponse({"status": "unavailable", "failing": problems}, status=503)
+    return JsonResponse({"status": "ready"})
+
+
+@login_required
+def dashboard(request):
+    membership = membership_for(user=request.user)
+    context = {"deployments": [], "models": [], "nodes": list(selectors.nodes_all())}
+    if membership:
+        context["deployments"] = list(selectors.deployments_for_team(team=membership.team))
+        context["models"] = list(selectors.models_for_team(team=membership.team))
+    return render(request, "console/dashboard.html", context)

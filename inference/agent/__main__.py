@@ -1,0 +1,5 @@
+import sys
+
+from inference.agent.main import main
+
+sys.exit(main())

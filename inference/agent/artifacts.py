@@ -1,0 +1,59 @@
+"""Fetch a version's files from the console into a local cache, verifying each SHA-256."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import httpx
+
+
+class ArtifactError(Exception):
+    pass
+
+
+def _fetch(client: httpx.Client, url: str, sha256: str, dest: Path) -> None:
+    digest = hashlib.sha256()
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".part-")
+    try:
+        with os.fdopen(fd, "wb") as out, client.stream("GET", url) as response:
+            if response.status_code != 200:
+                raise ArtifactError(f"download of {dest.name} failed with HTTP {response.status_code}")
+            for chunk in response.iter_bytes(1024 * 1024):
+                digest.update(chunk)
+                out.write(chunk)
+        if digest.hexdigest() != sha256:
+            raise ArtifactError(f"{dest.name}: sha256 mismatch, refusing the file")
+        os.replace(tmp, dest)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def prepare(client: httpx.Client, cache_dir: Path, desired: dict) -> Path:
+    """Cache the version's artifacts (verified) and lay out the replica's model folder; return that folder.
+
+    Files are cached once per version; each replica gets its own folder of hard links plus its manifest,
+    since two deployments of one version differ in name and settings.
+    """
+    folder = cache_dir / f"v{desired['version_id']}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for artifact in desired["artifacts"]:
+        name = Path(artifact["filename"]).name  # never trust a path from the wire
+        dest = folder / name
+        marker = folder / f".{name}.sha256"
+        if dest.exists() and marker.exists() and marker.read_text() == artifact["sha256"]:
+            continue
+        _fetch(client, artifact["url"], artifact["sha256"], dest)
+        marker.write_text(artifact["sha256"])
+    replica_dir = cache_dir / "replicas" / f"r{desired['id']}"
+    replica_dir.mkdir(parents=True, exist_ok=True)
+    for artifact in desired["artifacts"]:
+        name = Path(artifact["filename"]).name
+        link = replica_dir / name
+        link.unlink(missing_ok=True)
+        os.link(folder / name, link)
+    (replica_dir / "lantau.json").write_text(json.dumps(desired["manifest"]))
+    return replica_dir

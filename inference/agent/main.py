@@ -1,0 +1,120 @@
+"""Node agent loop: report actual state, receive desired replicas, converge (start or stop runners)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from inference.agent import artifacts, inventory, supervisor
+
+log = logging.getLogger("lantau.agent")
+
+
+class Agent:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.console = args.console.rstrip("/")
+        self.http = httpx.Client(base_url=self.console, headers={"Authorization": f"Bearer {args.token}"},
+                                 timeout=httpx.Timeout(30.0, connect=5.0))
+        self.probe = httpx.Client(timeout=1.0)
+        self.cache = Path(args.data_dir).resolve() / "cache"
+        self.cache.mkdir(parents=True, exist_ok=True)
+        self.runners: dict[int, supervisor.RunnerProcess] = {}
+        self.failed: dict[int, str] = {}
+        self.stopping = False
+
+    def reports(self) -> list[dict]:
+        out = [{"id": rid, "state": "failed", "error": err} for rid, err in self.failed.items()]
+        for rid, proc in self.runners.items():
+            if proc.process.poll() is not None:
+                self.failed[rid] = proc.error()
+                out.append({"id": rid, "state": "failed", "error": self.failed[rid]})
+            elif supervisor.check_ready(proc, self.probe):
+                out.append({"id": rid, "state": "ready", "url": proc.url})
+            else:
+                out.append({"id": rid, "state": "starting"})
+        for rid in list(self.runners):
+            if rid in self.failed:
+                del self.runners[rid]
+        return out
+
+    def beat(self) -> list[dict]:
+        payload = {"region": self.args.region, "inventory": inventory.collect(), "replicas": self.reports()}
+        response = self.http.post("/api/v1/nodes/heartbeat", json=payload)
+        if response.status_code != 200:
+            raise RuntimeError(f"heartbeat refused: HTTP {response.status_code} {response.text[:200]}")
+        return response.json()["replicas"]
+
+    def converge(self, desired: list[dict]) -> None:
+        wanted = {d["id"]: d for d in desired}
+        for rid in list(self.runners):
+            if rid not in wanted:
+                log.info("stopping runner for replica %s", rid)
+                supervisor.stop(self.runners.pop(rid))
+        self.failed = {rid: err for rid, err in self.failed.items() if rid in wanted}
+        for rid, spec in wanted.items():
+            if rid in self.runners or rid in self.failed:
+                continue
+            try:
+                model_dir = artifacts.prepare(self.http, self.cache, spec)
+            except (artifacts.ArtifactError, httpx.HTTPError, OSError) as exc:
+                self.failed[rid] = f"could not fetch the model: {exc}"
+                continue
+            log.info("starting runner for replica %s (%s)", rid, spec["deployment"])
+            self.runners[rid] = supervisor.start(spec, model_dir, bind_host=self.args.bind_host,
+                                                 advertise_host=self.args.advertise_host, threads=self.args.threads)
+
+    def run(self) -> int:
+        log.info("node agent for %s (region %s) talking to %s", self.args.name, self.args.region, self.console)
+        while not self.stopping:
+            try:
+                self.converge(self.beat())
+            except (httpx.HTTPError, RuntimeError) as exc:
+                log.warning("console unreachable or refused: %s", exc)
+            for _ in range(int(self.args.interval * 10)):
+                if self.stopping:
+                    break
+                time.sleep(0.1)
+        self.shutdown()
+        return 0
+
+    def shutdown(self) -> None:
+        for proc in self.runners.values():
+            supervisor.stop(proc)
+        self.runners.clear()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="lantau-node", description="Lantau node agent")
+    parser.add_argument("--console", required=True, help="console URL, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--token", required=True, help="node token from `manage.py create_node_token`")
+    parser.add_argument("--region", required=True, choices=["hk", "us"])
+    parser.add_argument("--name", default="", help="for logs only; the token decides which node this is")
+    parser.add_argument("--data-dir", default="var/node")
+    parser.add_argument("--bind-host", default="127.0.0.1", help="address runners listen on")
+    parser.add_argument("--advertise-host", default="127.0.0.1", help="address the console's gateway uses")
+    parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads per runner (0 = all cores)")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between heartbeats")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    agent = Agent(parse_args(argv))
+
+    def on_signal(signum, frame):
+        agent.stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return agent.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Management API routers for the registry, deployments and nodes."""

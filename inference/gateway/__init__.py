@@ -1,0 +1,1 @@
+"""The inference gateway: `/v1/` on the console, forwarding to runner replicas (a plain ASGI app, no Django views)."""

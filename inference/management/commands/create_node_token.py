@@ -1,0 +1,21 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from console.errors import ApplicationError
+from inference.services.nodes import node_token_create
+
+
+class Command(BaseCommand):
+    help = "Create a node (or rotate its token). The token alone is printed on the last line."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--name", required=True)
+        parser.add_argument("--region", required=True, choices=["hk", "us"])
+        parser.add_argument("--max-replicas", type=int, default=8)
+
+    def handle(self, *args, name, region, max_replicas, **options):
+        try:
+            node, token = node_token_create(name=name, region=region, max_replicas=max_replicas)
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from None
+        self.stderr.write(f"Node {node.name} ({node.region}): start its agent with --token <the line below>")
+        self.stdout.write(token)

@@ -1,0 +1,19 @@
+from inference.models.deployments import Deployment, DesiredState, Device, Region, Replica, ReplicaState
+from inference.models.nodes import Node, NodeStatus
+from inference.models.registry import Artifact, ModelFormat, ModelVersion, RegisteredModel, Task
+
+__all__ = [
+    "Artifact",
+    "Deployment",
+    "DesiredState",
+    "Device",
+    "ModelFormat",
+    "ModelVersion",
+    "Node",
+    "NodeStatus",
+    "Region",
+    "RegisteredModel",
+    "Replica",
+    "ReplicaState",
+    "Task",
+]

@@ -1,0 +1,248 @@
+"""HTTP routes and the error/auth middleware. Routes only translate HTTP to pipeline calls."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hmac
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+
+from .batcher import Batcher, BatchResult
+from .config import FEATURE_EXTRACTION, Manifest, RunnerConfig
+from .errors import InvalidInput, NotFound, NotReady, PayloadTooLarge, RunnerError, Unauthorized
+from .metrics import Metrics
+from .postprocess import top_k
+from .protocol import parse_texts, parse_top_k, read_image_request, read_json
+
+log = logging.getLogger("lantau.runner.app")
+
+TOKEN_HEADER = "X-Lantau-Runner-Token"
+PUBLIC_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
+HTTP_ERROR_TYPES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# Typed request storage keys (aiohttp >= 3.14); plain strings on older releases.
+if hasattr(web, "RequestKey"):
+    START: Any = web.RequestKey("lantau_start", float)
+    TIMING: Any = web.RequestKey("lantau_timing", list)
+else:  # pragma: no cover
+    START, TIMING = "lantau_start", "lantau_timing"
+
+
+@dataclass
+class State:
+    """Everything the routes need; ``pipeline`` and ``batcher`` are set once warm-up is done."""
+
+    config: RunnerConfig
+    manifest: Manifest
+    metrics: Metrics
+    preprocess_pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(
+            max(2, min(8, (os.cpu_count() or 2) // 2)), thread_name_prefix="lantau-preprocess"
+        )
+    )
+    pipeline: Any = None
+    batcher: Batcher | None = None
+    draining: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.batcher is not None and not self.draining
+
+    def serving(self) -> tuple[Any, Batcher]:
+        if not self.ready:
+            raise NotReady("the runner is shutting down" if self.draining else "the model is still loading")
+        assert self.batcher is not None
+        return self.pipeline, self.batcher
+
+    async def preprocess(self, func: Callable[[Any], Any], value: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.preprocess_pool, func, value)
+
+    async def infer(self, request: web.Request, items: Sequence[Any]) -> list[BatchResult]:
+        _, batcher = self.serving()
+        # gather() cancels the queued futures if the client goes away, so the batcher skips them.
+        results = list(await asyncio.gather(*batcher.submit(items)))
+        total = time.perf_counter() - request[START]
+        self.metrics.observe_latency(
+            max(r.queue_s for r in results), max(r.inference_s for r in results), total
+        )
+        request[TIMING] = results
+        return results
+
+
+STATE = web.AppKey("lantau_state", State)
+
+
+def error_response(
+    status: int, type_: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.json_response({"error": {"type": type_, "message": message}}, status=status, headers=headers)
+
+
+def _timing(request: web.Request) -> dict[str, float]:
+    results: list[BatchResult] = request[TIMING]
+    total = time.perf_counter() - request[START]
+    queue = max(r.queue_s for r in results)
+    inference = max(r.inference_s for r in results)
+    return {
+        "queue": round(queue * 1000, 3),
+        "inference": round(inference * 1000, 3),
+        "total": round(total * 1000, 3),
+    }
+
+
+def _authorized(request: web.Request, token: str) -> bool:
+    sent = request.headers.get(TOKEN_HEADER, "")
+    return hmac.compare_digest(sent.encode("utf-8", "surrogateescape"), token.encode("utf-8"))
+
+
+@web.middleware
+async def guard_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Check the runner token, map every failure to the error contract, count the request."""
+    request[START] = time.perf_counter()
+    state = request.app[STATE]
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    try:
+        if state.config.token and route not in PUBLIC_ROUTES and not _authorized(request, state.config.token):
+            raise Unauthorized(f"missing or wrong {TOKEN_HEADER} header")
+        response = await handler(request)
+    except RunnerError as exc:
+        response = error_response(exc.status, exc.type, exc.message, exc.headers)
+        if isinstance(exc, PayloadTooLarge):
+            response.force_close()  # do not drain an oversized upload just to keep the connection
+    except web.HTTPException as exc:
+        error_type = HTTP_ERROR_TYPES.get(exc.status, "http_error")
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        response = error_response(exc.status, error_type, exc.reason, headers)
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        log.exception("internal error while serving %s %s", request.method, route)
+        response = error_response(500, "internal_error", "internal error; see the runner log")
+    state.metrics.observe_request(route, response.status)
+    return response
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if state.ready:
+        return web.json_response({"status": "ready"})
+    status = "draining" if state.draining else "loading"
+    return web.json_response(
+        {"status": status, "error": {"type": "not_ready", "message": f"the runner is {status}"}},
+        status=503,
+        headers={"Retry-After": "1"},
+    )
+
+
+async def metrics_text(request: web.Request) -> web.Response:
+    body = request.app[STATE].metrics.render()
+    return web.Response(text=body, content_type="text/plain", headers={"X-Content-Type-Options": "nosniff"})
+
+
+async def predict(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    name = request.match_info["name"]
+    if name != state.manifest.deployment:
+        raise NotFound(f"this runner does not serve deployment {name!r}")
+    pipeline, _ = state.serving()
+    if state.manifest.task == FEATURE_EXTRACTION:
+        data = await read_json(request, state.config.max_body_bytes)
+        if "inputs" not in data:
+            raise InvalidInput("JSON body needs an 'inputs' field (a string or a list of strings)")
+        vectors, _ = await _embed(request, state, data["inputs"], "inputs")
+        return _answer(request, state, embeddings=[v.tolist() for v in vectors])
+    image, requested_k = await read_image_request(request, state.config.max_body_bytes)
+    k = parse_top_k(
+        requested_k if requested_k is not None else request.query.get("top_k"), len(pipeline.labels)
+    )
+    array = await state.preprocess(pipeline.prepare, image)
+    scores = (await state.infer(request, [array]))[0].value
+    labels = pipeline.labels
+    predictions = [{"label": labels[i], "index": i, "score": score} for i, score in top_k(scores, k)]
+    return _answer(request, state, predictions=predictions)
+
+
+def _answer(request: web.Request, state: State, **payload: Any) -> web.Response:
+    body = {"deployment": state.manifest.deployment, "model_version": state.manifest.model_version}
+    body.update(payload)
+    body["timing_ms"] = _timing(request)
+    return web.json_response(body)
+
+
+async def _embed(
+    request: web.Request, state: State, value: Any, field_name: str
+) -> tuple[list[np.ndarray], int]:
+    pipeline, batcher = state.serving()
+    texts = parse_texts(value, field_name, batcher.max_queue)
+    encoded = await state.preprocess(pipeline.prepare, texts)
+    results = await state.infer(request, encoded)
+    return [r.value for r in results], sum(len(e) for e in encoded)
+
+
+async def embeddings(request: web.Request) -> web.Response:
+    """OpenAI-compatible ``POST /v1/embeddings``; ``model`` is the deployment name."""
+    state = request.app[STATE]
+    data = await read_json(request, state.config.max_body_bytes)
+    model = data.get("model")
+    if not isinstance(model, str):
+        raise InvalidInput("'model' (the deployment name) is required")
+    if model != state.manifest.deployment:
+        raise NotFound(f"this runner does not serve model {model!r}")
+    if state.manifest.task != FEATURE_EXTRACTION:
+        raise NotFound(f"model {model!r} is an {state.manifest.task} model and does not serve embeddings")
+    encoding = data.get("encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        raise InvalidInput("'encoding_format' must be 'float' or 'base64'")
+    if "input" not in data:
+        raise InvalidInput("'input' is required (a string or a list of strings)")
+    pipeline, _ = state.serving()
+    dimensions = data.get("dimensions")
+    if dimensions is not None and dimensions != pipeline.dimensions:
+        raise InvalidInput(f"this model only produces {pipeline.dimensions} dimensions")
+    vectors, tokens = await _embed(request, state, data["input"], "input")
+    items = [
+        {"object": "embedding", "index": i, "embedding": _encode_vector(vector, encoding)}
+        for i, vector in enumerate(vectors)
+    ]
+    return web.json_response(
+        {
+            "object": "list",
+            "data": items,
+            "model": state.manifest.deployment,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+    )
+
+
+def _encode_vector(vector: np.ndarray, encoding: str) -> Any:
+    if encoding == "base64":  # what the official OpenAI clients request by default
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+    return vector.tolist()
+
+
+def create_app(config: RunnerConfig, manifest: Manifest, metrics: Metrics) -> web.Application:
+    app = web.Application(middlewares=[guard_middleware], client_max_size=config.max_body_bytes)
+    state = State(config, manifest, metrics)
+    metrics.ready = lambda: state.ready
+    metrics.queue_depth = lambda: len(state.batcher) if state.batcher is not None else 0
+    app[STATE] = state
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_text)
+    app.router.add_post("/v1/deployments/{name}/predict", predict)
+    app.router.add_post("/v1/embeddings", embeddings)
+    return app

@@ -1,0 +1,69 @@
+"""The runner's error family: each error knows its HTTP status and its contract ``type``."""
+
+from __future__ import annotations
+
+
+class RunnerError(Exception):
+    """An error answered to the client as ``{"error": {"type", "message"}}``."""
+
+    status = 500
+    type = "internal_error"
+
+    def __init__(self, message: str, *, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.headers = headers or {}
+
+
+class BadRequest(RunnerError):
+    """The body cannot be parsed at all (malformed JSON, bad base64, invalid UTF-8)."""
+
+    status = 400
+    type = "bad_request"
+
+
+class Unauthorized(RunnerError):
+    status = 401
+    type = "unauthorized"
+
+
+class NotFound(RunnerError):
+    status = 404
+    type = "not_found"
+
+
+class PayloadTooLarge(RunnerError):
+    status = 413
+    type = "payload_too_large"
+
+
+class UnsupportedMediaType(RunnerError):
+    status = 415
+    type = "unsupported_media_type"
+
+
+class InvalidInput(RunnerError):
+    """The body parses but its content is unusable (missing field, empty text, bad image)."""
+
+    status = 422
+    type = "invalid_input"
+
+
+class QueueFull(RunnerError):
+    status = 429
+    type = "queue_full"
+
+    def __init__(self, message: str = "the inference queue is full; retry shortly") -> None:
+        super().__init__(message, headers={"Retry-After": "1"})
+
+
+class NotReady(RunnerError):
+    status = 503
+    type = "not_ready"
+
+    def __init__(self, message: str = "the model is still loading; retry shortly") -> None:
+        super().__init__(message, headers={"Retry-After": "1"})
+
+
+class ConfigError(Exception):
+    """The manifest, arguments or model file cannot be served; the runner exits with code 2."""

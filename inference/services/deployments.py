@@ -1,0 +1,143 @@
+"""Deployments: people change desired state here; `deployment_reconcile` converges replicas to it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import Count
+
+from accounts.models import Team
+from accounts.services import audit_record, require_writer
+from console.errors import Conflict, NotFound, ValidationFailed
+from inference import scheduler
+from inference.models import (
+    Deployment,
+    DesiredState,
+    Device,
+    ModelVersion,
+    Node,
+    Region,
+    Replica,
+    ReplicaState,
+)
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+@dataclass
+class DeploymentSpec:
+    name: str
+    model_version_id: int
+    replicas: int = 1
+    region: str = Region.HK
+    device: str = Device.CPU
+    max_batch_size: int = 8
+    max_queue_delay_ms: int = 5
+
+
+def _check_spec(spec: DeploymentSpec) -> None:
+    if not _NAME_RE.match(spec.name or ""):
+        raise ValidationFailed("deployment name must be lowercase letters, digits and dashes (max 63)")
+    if not 0 <= spec.replicas <= 32:
+        raise ValidationFailed("replicas must be between 0 and 32")
+    if spec.region not in Region.values:
+        raise ValidationFailed(f"region must be one of {', '.join(Region.values)}")
+    if spec.device not in Device.values:
+        raise ValidationFailed(f"device must be one of {', '.join(Device.values)}")
+    if not 1 <= spec.max_batch_size <= 256:
+        raise ValidationFailed("max_batch_size must be between 1 and 256")
+    if not 0 <= spec.max_queue_delay_ms <= 1000:
+        raise ValidationFailed("max_queue_delay_ms must be between 0 and 1000")
+
+
+def _enqueue_reconcile(deployment_id: int) -> None:
+    from inference.tasks import deployment_reconcile_task
+
+    transaction.on_commit(lambda: deployment_reconcile_task.delay(deployment_id))
+
+
+def deployment_create(*, team: Team, actor, spec: DeploymentSpec) -> Deployment:
+    """Create a deployment of one of the team's versions; placement happens in the worker after commit."""
+    require_writer(team=team, user=actor)
+    _check_spec(spec)
+    version = ModelVersion.objects.filter(pk=spec.model_version_id, model__team=team).first()
+    if version is None:
+        raise NotFound("model version not found")
+    with transaction.atomic():
+        if Deployment.objects.select_for_update().filter(name=spec.name).exists():
+            raise Conflict(f"a deployment named {spec.name!r} already exists")
+        deployment = Deployment.objects.create(
+            team=team, name=spec.name, model_version=version, replicas=spec.replicas, region=spec.region,
+            device=spec.device, max_batch_size=spec.max_batch_size, max_queue_delay_ms=spec.max_queue_delay_ms,
+            created_by=actor,
+        )
+        audit_record(team=team, actor=actor, action="deployment.create", target=spec.name,
+                     data={"version": str(version), "replicas": spec.replicas, "region": spec.region})
+        _enqueue_reconcile(deployment.pk)
+    return deployment
+
+
+def deployment_update(*, team: Team, actor, deployment: Deployment, replicas: int | None = None,
+                      desired_state: str | None = None) -> Deployment:
+    """Scale, pause or resume; the reconciler adds or removes replicas."""
+    require_writer(team=team, user=actor)
+    if replicas is not None and not 0 <= replicas <= 32:
+        raise ValidationFailed("replicas must be between 0 and 32")
+    if desired_state is not None and desired_state not in DesiredState.values:
+        raise ValidationFailed(f"state must be one of {', '.join(DesiredState.values)}")
+    with transaction.atomic():
+        deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        if replicas is not None:
+            deployment.replicas = replicas
+        if desired_state is not None:
+            deployment.desired_state = desired_state
+        deployment.save()
+        audit_record(team=team, actor=actor, action="deployment.update", target=deployment.name,
+                     data={"replicas": deployment.replicas, "state": deployment.desired_state})
+        _enqueue_reconcile(deployment.pk)
+    return deployment
+
+
+def deployment_delete(*, team: Team, actor, deployment: Deployment) -> None:
+    require_writer(team=team, user=actor)
+    with transaction.atomic():
+        name = deployment.name
+        deployment.delete()  # replicas go with it; agents stop runners they no longer see
+        audit_record(team=team, actor=actor, action="deployment.delete", target=name)
+
+
+def deployment_reconcile(deployment_id: int) -> dict:
+    """Converge replicas to the desired count: drop dead or outdated ones, place missing ones. Idempotent."""
+    with transaction.atomic():
+        deployment = Deployment.objects.select_for_update().filter(pk=deployment_id).first()
+        if deployment is None:
+            return {"deleted": True}
+        want = deployment.replicas if deployment.desired_state == DesiredState.RUNNING else 0
+        replicas = list(deployment.replica_set.select_related("node"))
+        stale = [r for r in replicas if r.node.status == "offline" or r.state == ReplicaState.FAILED
+                 or r.model_version_id != deployment.model_version_id]
+        keep = [r for r in replicas if r not in stale]
+        removed = len(stale) + max(0, len(keep) - want)
+        for r in stale + keep[want:]:
+            r.delete()
+        keep = keep[:want]
+        placed = _place_missing(deployment, keep, want)
+    return {"kept": len(keep), "placed": placed, "removed": removed}
+
+
+def _place_missing(deployment: Deployment, keep: list[Replica], want: int) -> int:
+    nodes = list(Node.objects.all())
+    load = dict(Replica.objects.values_list("node_id").annotate(n=Count("id")))
+    used = {r.node_id for r in keep}
+    placed = 0
+    for _ in range(want - len(keep)):
+        node = scheduler.place(deployment, nodes, load, used)
+        if node is None:
+            break
+        Replica.objects.create(deployment=deployment, node=node, model_version_id=deployment.model_version_id)
+        load[node.pk] = load.get(node.pk, 0) + 1
+        used.add(node.pk)
+        placed += 1
+    return placed

@@ -1,0 +1,143 @@
+"""Node registration, heartbeats and the sweep that notices silent nodes."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.services import audit_record
+from console.errors import Conflict, ValidationFailed
+from console.live import publish_deployment_status
+from inference.models import Deployment, ModelVersion, Node, NodeStatus, Region, Replica, ReplicaState
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_REPORTABLE = {ReplicaState.STARTING, ReplicaState.READY, ReplicaState.FAILED}
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def runner_token(replica_id: int) -> str:
+    """Per-replica secret shared by the gateway and the runner, derived rather than stored."""
+    return hmac.new(settings.SECRET_KEY.encode(), f"runner:{replica_id}".encode(), hashlib.sha256).hexdigest()
+
+
+def node_token_create(*, name: str, region: str, actor=None, max_replicas: int = 8) -> tuple[Node, str]:
+    """Create a node (or rotate its token) and return the clear token, shown once."""
+    if not _NAME_RE.match(name or ""):
+        raise ValidationFailed("node name must be lowercase letters, digits and dashes (max 63)")
+    if region not in Region.values:
+        raise ValidationFailed(f"region must be one of {', '.join(Region.values)}")
+    token = f"ltn_{secrets.token_urlsafe(32)}"
+    with transaction.atomic():
+        node, created = Node.objects.select_for_update().get_or_create(
+            name=name, defaults={"region": region, "token_prefix": token[:12], "token_hash": token_hash(token),
+                                 "max_replicas": max_replicas},
+        )
+        if not created:
+            node.region, node.token_prefix, node.token_hash = region, token[:12], token_hash(token)
+            node.save(update_fields=["region", "token_prefix", "token_hash"])
+        audit_record(team=None, actor=actor, action="node.token", target=name, data={"region": region})
+    return node, token
+
+
+def node_authenticate(token: str | None) -> Node | None:
+    if not token:
+        return None
+    return Node.objects.filter(token_hash=token_hash(token)).first()
+
+
+def manifest_for(replica: Replica) -> dict:
+    """What the runner reads from `lantau.json` in its model folder."""
+    version: ModelVersion = replica.model_version
+    deployment: Deployment = replica.deployment
+    manifest = {
+        "deployment": deployment.name,
+        "model_version": str(version),
+        "task": version.model.task,
+        "model_file": "model.onnx",
+        "labels": version.labels,
+        "preprocessing": version.preprocessing,
+    }
+    if version.model.task == "feature-extraction":
+        manifest.update({"tokenizer_file": "tokenizer.json", **version.runtime_config})
+    return manifest
+
+
+def desired_for(node: Node) -> list[dict]:
+    replicas = Replica.objects.filter(node=node).select_related("deployment", "model_version__model")
+    out = []
+    for r in replicas:
+        artifacts = [
+            {"filename": a.filename, "sha256": a.sha256, "size": a.size_bytes,
+             "url": f"/api/v1/nodes/artifacts/{a.sha256}"}
+            for a in r.model_version.artifacts.all()
+        ]
+        out.append({
+            "id": r.pk, "deployment": r.deployment.name, "version_id": r.model_version_id,
+            "artifacts": artifacts, "manifest": manifest_for(r), "device": r.deployment.device,
+            "batching": {"max_batch_size": r.deployment.max_batch_size,
+                         "max_queue_delay_ms": r.deployment.max_queue_delay_ms},
+            "runner_token": runner_token(r.pk),
+        })
+    return out
+
+
+def node_heartbeat(*, node: Node, region: str, inventory: dict, replicas: list[dict]) -> list[dict]:
+    """Record the node's inventory and its replicas' actual state; answer with the desired replicas."""
+    if region != node.region:
+        raise Conflict(f"this node token belongs to region {node.region!r}, not {region!r}")
+    was_offline = node.status == NodeStatus.OFFLINE
+    with transaction.atomic():
+        node.inventory = inventory
+        node.last_heartbeat_at = timezone.now()
+        if node.status == NodeStatus.OFFLINE:
+            node.status = NodeStatus.ONLINE
+        node.save(update_fields=["inventory", "last_heartbeat_at", "status"])
+        for report in replicas:
+            _apply_report(node, report)
+    if was_offline:
+        _reconcile_all_later()
+    return desired_for(node)
+
+
+def _apply_report(node: Node, report: dict) -> None:
+    state = report.get("state")
+    if state not in _REPORTABLE:
+        return
+    fields = {"state": state, "url": str(report.get("url") or "")[:200], "error": str(report.get("error") or "")[:2000]}
+    changed = Replica.objects.filter(node=node, pk=report.get("id")).exclude(**fields).update(**fields)
+    if not changed:
+        return
+    deployment = Deployment.objects.filter(replica_set__pk=report.get("id")).first()
+    if deployment is None:
+        return
+    publish_deployment_status(deployment)
+    if state == ReplicaState.FAILED:
+        from inference.tasks import deployment_reconcile_task
+
+        transaction.on_commit(lambda: deployment_reconcile_task.delay(deployment.pk))
+
+
+def _reconcile_all_later() -> None:
+    from inference.tasks import deployments_reconcile_all
+
+    transaction.on_commit(deployments_reconcile_all.delay)
+
+
+def nodes_sweep() -> int:
+    """Mark nodes silent for longer than LANTAU_NODE_OFFLINE_AFTER_S offline and re-place their replicas."""
+    cutoff = timezone.now() - timedelta(seconds=settings.NODE_OFFLINE_AFTER_S)
+    silent = Node.objects.exclude(status=NodeStatus.OFFLINE).filter(last_heartbeat_at__lt=cutoff)
+    count = silent.update(status=NodeStatus.OFFLINE)
+    if count:
+        _reconcile_all_later()
+    return count

@@ -1,0 +1,147 @@
+"""Registering model versions from uploads."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+
+from accounts.models import Team
+from accounts.services import audit_record, require_writer
+from console.errors import Conflict, ValidationFailed
+from inference import storage
+from inference.models import Artifact, ModelVersion, RegisteredModel, Task
+from inference.validation.onnx_model import check_task, image_preprocessing, inspect_onnx
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+MAX_LABELS_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class UploadedModel:
+    """What a person sent: the model file and optional companions, as chunk iterators."""
+
+    name: str
+    task: str
+    model_chunks: Iterable[bytes]
+    labels_text: str = ""
+    tokenizer_chunks: Iterable[bytes] | None = None
+    preprocessing: dict = field(default_factory=dict)
+    description: str = ""
+
+
+def labels_parse(text: str) -> list[str]:
+    """Labels as a JSON list of strings or one label per line."""
+    text = (text or "").strip()
+    if not text:
+        return []
+    if len(text.encode()) > MAX_LABELS_BYTES:
+        raise ValidationFailed("labels are larger than 4 MiB")
+    if text.startswith("["):
+        try:
+            labels = json.loads(text)
+        except json.JSONDecodeError:
+            raise ValidationFailed("labels look like JSON but do not parse") from None
+        if not all(isinstance(x, str) for x in labels):
+            raise ValidationFailed("labels JSON must be a list of strings")
+        return labels
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _check_tokenizer(path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    try:
+        Tokenizer.from_file(str(path))
+    except Exception:
+        raise ValidationFailed("tokenizer file is not a valid tokenizer.json") from None
+
+
+def _validate(upload: UploadedModel, model_file: storage.StagedFile, tok: storage.StagedFile | None) -> dict:
+    if not _NAME_RE.match(upload.name):
+        raise ValidationFailed("model name must be lowercase letters, digits and dashes (max 63)")
+    if upload.task not in Task.values:
+        raise ValidationFailed(f"unknown task {upload.task!r}; choose one of {', '.join(Task.values)}")
+    info = inspect_onnx(model_file.path)
+    labels = labels_parse(upload.labels_text)
+    check_task(upload.task, info, labels=labels)
+    runtime: dict = {}
+    pre: dict = {}
+    if upload.task == Task.IMAGE_CLASSIFICATION:
+        pre = image_preprocessing(info, upload.preprocessing)
+    else:
+        if tok is None:
+            raise ValidationFailed("an embedding model needs its tokenizer.json")
+        _check_tokenizer(tok.path)
+        runtime = {"max_length": 256, "pooling": "mean", "normalize": True}
+    return {"info": info, "labels": labels, "preprocessing": pre, "runtime": runtime}
+
+
+def model_version_upload(*, team: Team, actor, upload: UploadedModel) -> ModelVersion:
+    """Stage, validate and store an uploaded ONNX model as a new version. Nothing is kept if any check fails."""
+    require_writer(team=team, user=actor)
+    staged: list[storage.StagedFile] = []
+    try:
+        model_file = storage.stage(upload.model_chunks, max_bytes=settings.MAX_UPLOAD_BYTES)
+        staged.append(model_file)
+        tok = None
+        if upload.tokenizer_chunks is not None:
+            tok = storage.stage(upload.tokenizer_chunks, max_bytes=64 * 1024 * 1024)
+            staged.append(tok)
+        checked = _validate(upload, model_file, tok)
+        return _register(team=team, actor=actor, upload=upload, model_file=model_file, tok=tok, checked=checked)
+    finally:
+        for item in staged:
+            item.discard()  # no-op once committed into the store
+
+
+def _register(*, team, actor, upload, model_file, tok, checked) -> ModelVersion:
+    created_blobs: list[Path] = []
+    try:
+        with transaction.atomic():
+            model, _ = RegisteredModel.objects.select_for_update().get_or_create(
+                team=team, name=upload.name,
+                defaults={"task": upload.task, "created_by": actor, "description": upload.description},
+            )
+            if model.task != upload.task:
+                raise Conflict(f"model {upload.name!r} already exists with task {model.task}")
+            number = (model.versions.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+            version = ModelVersion.objects.create(
+                model=model, number=number, sha256=model_file.sha256, size_bytes=model_file.size,
+                inputs=checked["info"]["inputs"], outputs=checked["info"]["outputs"], labels=checked["labels"],
+                preprocessing=checked["preprocessing"], runtime_config=checked["runtime"], created_by=actor,
+                lineage={"source": "upload", "opset": checked["info"]["opset"]},
+            )
+            files = [("model", "model.onnx", model_file)] + ([("tokenizer", "tokenizer.json", tok)] if tok else [])
+            for role, filename, staged in files:
+                Artifact.objects.create(version=version, role=role, filename=filename,
+                                        sha256=staged.sha256, size_bytes=staged.size)
+                path, created = storage.commit(staged)
+                if created:
+                    created_blobs.append(path)
+            audit_record(team=team, actor=actor, action="model_version.create", target=str(version),
+                         data={"sha256": model_file.sha256, "size": model_file.size})
+    except BaseException:
+        for path in created_blobs:  # the rows are gone with the rollback; so are the files they added
+            path.unlink(missing_ok=True)
+        raise
+    return version
+
+
+def model_version_delete(*, team: Team, actor, version: ModelVersion) -> None:
+    """Delete a version that no deployment uses. Blobs are left for the periodic collector (shared content)."""
+    require_writer(team=team, user=actor)
+    if version.deployments.exists():
+        raise Conflict("this version is deployed; delete or update its deployments first")
+    label = str(version)
+    with transaction.atomic():
+        model = version.model
+        version.delete()
+        if not model.versions.exists():
+            model.delete()
+        audit_record(team=team, actor=actor, action="model_version.delete", target=label)

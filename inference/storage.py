@@ -1,0 +1,85 @@
+"""Content-addressed storage for model files: `<STORAGE_DIR>/sha256/<ab>/<hash>`.
+
+Files are hashed while written to a temporary file beside their final place, then renamed into place
+atomically, so a reader never sees a half-written file and identical content is stored once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+from console.errors import PayloadTooLarge
+
+CHUNK = 1024 * 1024
+
+
+@dataclass
+class StagedFile:
+    """A file written and hashed but not yet in the store."""
+
+    path: Path
+    sha256: str
+    size: int
+
+    def discard(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def root() -> Path:
+    return Path(settings.STORAGE_DIR)
+
+
+def blob_path(sha256: str) -> Path:
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise ValueError("not a sha256 hex digest")
+    return root() / "sha256" / sha256[:2] / sha256
+
+
+def stage(chunks: Iterable[bytes], *, max_bytes: int) -> StagedFile:
+    """Write `chunks` to a temporary file while hashing; refuse more than `max_bytes` (partial file removed)."""
+    tmp_dir = root() / "tmp"
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    size = 0
+    fd, name = tempfile.mkstemp(dir=tmp_dir, prefix="upload-")
+    path = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for chunk in chunks:
+                size += len(chunk)
+                if size > max_bytes:
+                    raise PayloadTooLarge(f"file is larger than the limit of {max_bytes} bytes")
+                digest.update(chunk)
+                out.write(chunk)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return StagedFile(path=path, sha256=digest.hexdigest(), size=size)
+
+
+def stage_file(path: Path, *, max_bytes: int) -> StagedFile:
+    with open(path, "rb") as src:
+        return stage(iter(lambda: src.read(CHUNK), b""), max_bytes=max_bytes)
+
+
+def commit(staged: StagedFile) -> tuple[Path, bool]:
+    """Move a staged file into the store. Returns (path, created); an existing identical blob is kept."""
+    final = blob_path(staged.sha256)
+    if final.exists():
+        staged.discard()
+        return final, False
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(staged.path, 0o640)
+    os.replace(staged.path, final)
+    return final, True
+
+
+def exists(sha256: str) -> bool:
+    return blob_path(sha256).exists()

@@ -1,0 +1,97 @@
+"""Inspect and check an uploaded ONNX file without trusting it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from console.errors import ValidationFailed
+
+_DTYPES = {1: "float32", 10: "float16", 11: "float64", 6: "int32", 7: "int64", 9: "bool", 2: "uint8", 3: "int8"}
+
+
+def _dims(value_info) -> list:
+    dims = []
+    for d in value_info.type.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or None)
+    return dims
+
+
+def _describe(value_info) -> dict:
+    elem = value_info.type.tensor_type.elem_type
+    return {"name": value_info.name, "dtype": _DTYPES.get(elem, f"onnx:{elem}"), "shape": _dims(value_info)}
+
+
+def inspect_onnx(path: Path) -> dict:
+    """Parse and check the graph; return its inputs, outputs and opset. Raise ValidationFailed otherwise."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf raises several unrelated types for garbage input
+        raise ValidationFailed(f"not a valid ONNX model: {type(exc).__name__}") from None
+    if not model.graph.node:
+        raise ValidationFailed("not a valid ONNX model: the graph has no nodes")
+    for tensor in model.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            raise ValidationFailed("ONNX models with external data files must be uploaded as one file")
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        raise ValidationFailed(f"ONNX model check failed: {str(exc).splitlines()[0][:300]}") from None
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = [_describe(v) for v in model.graph.input if v.name not in initializers]
+    outputs = [_describe(v) for v in model.graph.output]
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    return {"inputs": inputs, "outputs": outputs, "opset": opset}
+
+
+def check_task(task: str, info: dict, *, labels: list[str]) -> None:
+    """Refuse a model whose inputs and outputs cannot serve the declared task."""
+    inputs, outputs = info["inputs"], info["outputs"]
+    if task == "image-classification":
+        floats = [i for i in inputs if i["dtype"] in ("float32", "float16")]
+        if len(inputs) != 1 or len(floats) != 1 or len(inputs[0]["shape"]) != 4:
+            raise ValidationFailed("an image classifier needs exactly one float input of shape [batch, 3, height, width]")
+        channels = inputs[0]["shape"][1]
+        if isinstance(channels, int) and channels != 3:
+            raise ValidationFailed(f"an image classifier's input must have 3 channels (RGB), this one has {channels}")
+        if not outputs or len(outputs[0]["shape"]) != 2:
+            raise ValidationFailed("an image classifier's first output must be [batch, classes] scores")
+        classes = outputs[0]["shape"][1]
+        if labels and isinstance(classes, int) and classes != len(labels):
+            raise ValidationFailed(f"the model has {classes} classes but {len(labels)} labels were given")
+    elif task == "feature-extraction":
+        names = {i["name"] for i in inputs}
+        if "input_ids" not in names:
+            raise ValidationFailed("an embedding model needs an `input_ids` input")
+        if not outputs or len(outputs[0]["shape"]) != 3:
+            raise ValidationFailed("an embedding model's first output must be [batch, tokens, hidden]")
+    else:
+        raise ValidationFailed(f"unknown task {task!r}")
+
+
+def image_preprocessing(info: dict, overrides: dict | None) -> dict:
+    """Preprocessing recorded for the runner: resize shorter side, centre crop, normalise (0..1 scale)."""
+    shape = info["inputs"][0]["shape"]
+    height = shape[2] if isinstance(shape[2], int) else 224
+    width = shape[3] if isinstance(shape[3], int) else 224
+    pre = {
+        "input_size": [height, width],
+        "resize_shorter": round(min(height, width) / 0.875),
+        "mean": [0.485, 0.456, 0.406],
+        "std": [0.229, 0.224, 0.225],
+    }
+    for key, value in (overrides or {}).items():
+        if key not in pre:
+            raise ValidationFailed(f"unknown preprocessing key {key!r} (known: {', '.join(pre)})")
+        pre[key] = value
+    for key in ("mean", "std"):
+        vals = pre[key]
+        if not (isinstance(vals, list) and len(vals) == 3 and all(isinstance(v, int | float) for v in vals)):
+            raise ValidationFailed(f"preprocessing {key} must be a list of 3 numbers")
+    if any(v <= 0 for v in pre["std"]):
+        raise ValidationFailed("preprocessing std values must be positive")
+    return pre

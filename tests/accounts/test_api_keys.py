@@ -1,0 +1,86 @@
+import pytest
+from django.test import Client
+
+from accounts.keys import key_hash
+from accounts.models import ApiKey, AuditEvent
+from accounts.selectors import api_key_authenticate
+
+pytestmark = pytest.mark.django_db
+
+
+def test_created_key_is_shown_once_and_stored_only_as_hash(owner_client, team):
+    r = owner_client.post("/api/v1/keys", {"name": "ci", "scopes": ["inference"]}, content_type="application/json")
+    assert r.status_code == 201
+    clear = r.json()["key"]
+    stored = ApiKey.objects.get(team=team)
+    assert stored.key_hash == key_hash(clear) and clear.startswith(stored.prefix)
+    assert clear not in str(ApiKey.objects.filter(pk=stored.pk).values().get())
+    listed = owner_client.get("/api/v1/keys").json()
+    assert listed[0]["prefix"] == stored.prefix and "key" not in listed[0]
+    assert AuditEvent.objects.filter(action="api_key.create", team=team).exists()
+
+
+def test_revoked_key_no_longer_authenticates_even_when_cached(owner_client, team):
+    clear = owner_client.post("/api/v1/keys", {"name": "k"}, content_type="application/json").json()["key"]
+    assert api_key_authenticate(clear) is not None  # now cached in Redis
+    key_id = ApiKey.objects.get(team=team).pk
+    r = owner_client.delete(f"/api/v1/keys/{key_id}")
+    assert r.status_code == 200 and r.json()["revoked_at"]
+    assert api_key_authenticate(clear) is None
+
+
+def test_viewer_cannot_create_keys(client, viewer):
+    client.force_login(viewer)
+    r = client.post("/api/v1/keys", {"name": "nope"}, content_type="application/json")
+    assert r.status_code == 403 and r.json()["error"]["type"] == "forbidden"
+
+
+def test_outsider_cannot_revoke_another_teams_key(owner_client, outsider, team):
+    owner_client.post("/api/v1/keys", {"name": "k"}, content_type="application/json")
+    key_id = ApiKey.objects.get(team=team).pk
+    other = Client()
+    other.force_login(outsider)
+    assert other.delete(f"/api/v1/keys/{key_id}").status_code == 404
+    assert ApiKey.objects.get(pk=key_id).revoked_at is None
+
+
+def test_unknown_scope_and_blank_name_are_422(owner_client):
+    r = owner_client.post("/api/v1/keys", {"name": "k", "scopes": ["root"]}, content_type="application/json")
+    assert r.status_code == 422 and "root" in r.json()["error"]["message"]
+    r = owner_client.post("/api/v1/keys", {"name": "   "}, content_type="application/json")
+    assert r.status_code == 422
+
+
+def test_management_api_needs_authentication(client):
+    r = client.get("/api/v1/keys")
+    assert r.status_code == 401 and r.json()["error"]["type"] == "unauthorized"
+
+
+def test_session_writes_need_a_csrf_token(owner):
+    c = Client(enforce_csrf_checks=True)
+    c.force_login(owner)
+    r = c.post("/api/v1/keys", {"name": "k"}, content_type="application/json")
+    assert r.status_code == 403
+    assert not ApiKey.objects.exists()
+
+
+def test_manage_key_works_as_bearer_for_the_management_api(owner_client):
+    client = Client()
+    clear = owner_client.post("/api/v1/keys", {"name": "m", "scopes": ["manage"]},
+                              content_type="application/json").json()["key"]
+    r = client.get("/api/v1/keys", HTTP_AUTHORIZATION=f"Bearer {clear}")
+    assert r.status_code == 200 and len(r.json()) == 1
+    inference_only = owner_client.post("/api/v1/keys", {"name": "i"}, content_type="application/json").json()["key"]
+    assert client.get("/api/v1/keys", HTTP_AUTHORIZATION=f"Bearer {inference_only}").status_code == 401
+
+
+def test_key_pages_create_show_once_and_revoke(owner_client, team):
+    r = owner_client.post("/accounts/keys/", {"name": "page key", "scopes": ["inference"]})
+    assert r.status_code == 200
+    key = ApiKey.objects.get(team=team)
+    assert b"will not be shown again" in r.content and key.prefix.encode() in r.content
+    again = owner_client.get("/accounts/keys/")
+    assert b"will not be shown again" not in again.content
+    owner_client.post(f"/accounts/keys/{key.pk}/revoke")
+    key.refresh_from_db()
+    assert key.revoked_at is not None

@@ -1,0 +1,88 @@
+import pytest
+from django.test import Client
+
+from inference.models import Replica
+from inference.services.deployments import deployment_reconcile
+
+pytestmark = pytest.mark.django_db
+
+
+def create(client, version, **kw):
+    return client.post("/api/v1/deployments", {"name": "colours", "model_version_id": version.pk, **kw},
+                       content_type="application/json")
+
+
+def test_create_then_reconcile_places_replicas_in_region(owner_client, colour_version, node_hk_cpu, node_us_cpu):
+    r = create(owner_client, colour_version, replicas=2, region="us")
+    assert r.status_code == 201, r.content
+    assert r.json()["status"] == "unplaced" and r.json()["model_version"] == "colours:1"
+    result = deployment_reconcile(r.json()["id"])
+    assert result["placed"] == 2
+    regions = sorted(Replica.objects.values_list("node__region", flat=True))
+    assert regions == ["us", "us"]  # the region preference outranks spreading over nodes
+    assert deployment_reconcile(r.json()["id"])["placed"] == 0  # idempotent
+
+
+def test_scale_down_and_pause_remove_replicas(owner_client, colour_version, node_hk_cpu):
+    d = create(owner_client, colour_version, replicas=2).json()
+    deployment_reconcile(d["id"])
+    assert Replica.objects.count() == 2
+    r = owner_client.patch("/api/v1/deployments/colours", {"replicas": 1}, content_type="application/json")
+    assert r.status_code == 200 and r.json()["replicas"] == 1
+    deployment_reconcile(d["id"])
+    assert Replica.objects.count() == 1
+    owner_client.patch("/api/v1/deployments/colours", {"state": "paused"}, content_type="application/json")
+    deployment_reconcile(d["id"])
+    assert Replica.objects.count() == 0
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("name", "Bad Name", "deployment name"),
+    ("replicas", 99, "replicas"),
+    ("region", "eu", "region"),
+    ("device", "tpu", "device"),
+    ("max_batch_size", 0, "max_batch_size"),
+    ("max_queue_delay_ms", 5000, "max_queue_delay_ms"),
+])
+def test_invalid_specs_are_422_with_the_field_named(owner_client, colour_version, field, value, message):
+    r = create(owner_client, colour_version, **{field: value})
+    assert r.status_code == 422 and message in r.json()["error"]["message"]
+
+
+def test_malformed_json_is_a_clear_error(owner_client):
+    r = owner_client.post("/api/v1/deployments", "{nope", content_type="application/json")
+    assert r.status_code in (400, 422) and r.json()["error"]["message"]
+    r = owner_client.post("/api/v1/deployments", {"name": "x"}, content_type="application/json")
+    assert r.status_code == 422 and "model_version_id" in r.json()["error"]["message"]
+
+
+def test_duplicate_name_is_409(owner_client, colour_version):
+    assert create(owner_client, colour_version).status_code == 201
+    r = create(owner_client, colour_version)
+    assert r.status_code == 409 and r.json()["error"]["type"] == "conflict"
+
+
+def test_cannot_deploy_another_teams_version(outsider, colour_version):
+    c = Client()
+    c.force_login(outsider)
+    r = create(c, colour_version)
+    assert r.status_code == 404
+
+
+def test_deployed_version_cannot_be_deleted(owner_client, colour_version):
+    create(owner_client, colour_version)
+    r = owner_client.delete(f"/api/v1/models/versions/{colour_version.pk}")
+    assert r.status_code == 409 and "deployed" in r.json()["error"]["message"]
+    assert owner_client.delete("/api/v1/deployments/colours").status_code == 204
+    assert owner_client.delete(f"/api/v1/models/versions/{colour_version.pk}").status_code == 204
+
+
+def test_deployment_pages_create_and_pause(owner_client, colour_version):
+    r = owner_client.post("/deployments/", {"name": "page-dep", "model_version_id": colour_version.pk, "replicas": 1})
+    assert r.status_code == 302
+    page = owner_client.get("/deployments/")
+    assert b"page-dep" in page.content
+    owner_client.post("/deployments/page-dep/action", {"action": "pause"})
+    assert b"Resume" in owner_client.get("/deployments/").content
+    bad = owner_client.post("/deployments/", {"name": "BAD", "model_version_id": colour_version.pk}, follow=True)
+    assert b"deployment name must be" in bad.content

@@ -1,0 +1,80 @@
+"""The node agent's side of the management API: heartbeat, desired state, artifact download."""
+
+import hashlib
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from inference.models import Node, Replica
+from inference.services.deployments import DeploymentSpec, deployment_create, deployment_reconcile
+from inference.services.nodes import node_token_create, nodes_sweep, runner_token
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def node_token(db):
+    return node_token_create(name="hk-1", region="hk")[1]
+
+
+def beat(token, replicas=(), region="hk"):
+    return Client().post("/api/v1/nodes/heartbeat", {"region": region, "inventory": {"cpus": 2},
+                                                     "replicas": list(replicas)},
+                         content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+
+
+def test_node_token_is_stored_as_hash_only(node_token):
+    node = Node.objects.get(name="hk-1")
+    assert node.token_hash == hashlib.sha256(node_token.encode()).hexdigest()
+    assert node_token not in str(Node.objects.filter(pk=node.pk).values().get())
+
+
+def test_heartbeat_needs_a_valid_token_and_matching_region(node_token):
+    assert beat("ltn_wrong").status_code == 401
+    r = beat(node_token, region="us")
+    assert r.status_code == 409 and "region" in r.json()["error"]["message"]
+    ok = beat(node_token)
+    assert ok.status_code == 200 and ok.json()["replicas"] == []
+    assert Node.objects.get(name="hk-1").status == "online"
+
+
+def test_heartbeat_returns_desired_replicas_and_records_their_state(node_token, owner, team, colour_version):
+    beat(node_token)
+    d = deployment_create(team=team, actor=owner, spec=DeploymentSpec(name="colours", model_version_id=colour_version.pk))
+    deployment_reconcile(d.pk)
+    desired = beat(node_token).json()["replicas"]
+    assert len(desired) == 1
+    spec = desired[0]
+    assert spec["deployment"] == "colours" and spec["manifest"]["labels"] == ["red", "green", "blue"]
+    assert spec["runner_token"] == runner_token(spec["id"])
+    assert spec["artifacts"][0]["sha256"] == colour_version.sha256
+    beat(node_token, [{"id": spec["id"], "state": "ready", "url": "http://127.0.0.1:9999"}])
+    replica = Replica.objects.get(pk=spec["id"])
+    assert (replica.state, replica.url) == ("ready", "http://127.0.0.1:9999")
+
+
+def test_artifacts_download_only_to_the_node_hosting_them(node_token, owner, team, colour_version):
+    other_token = node_token_create(name="us-1", region="us")[1]
+    beat(node_token)
+    d = deployment_create(team=team, actor=owner, spec=DeploymentSpec(name="colours", model_version_id=colour_version.pk))
+    deployment_reconcile(d.pk)
+    url = f"/api/v1/nodes/artifacts/{colour_version.sha256}"
+    r = Client().get(url, HTTP_AUTHORIZATION=f"Bearer {node_token}")
+    assert r.status_code == 200
+    assert hashlib.sha256(b"".join(r.streaming_content)).hexdigest() == colour_version.sha256
+    assert Client().get(url, HTTP_AUTHORIZATION=f"Bearer {other_token}").status_code == 404
+    assert Client().get("/api/v1/nodes/artifacts/..%2F..%2Fetc", HTTP_AUTHORIZATION=f"Bearer {node_token}").status_code == 404
+    assert Client().get(url).status_code == 401
+
+
+def test_silent_nodes_are_swept_offline_and_their_replicas_replaced(node_token, owner, team, colour_version):
+    beat(node_token)
+    d = deployment_create(team=team, actor=owner, spec=DeploymentSpec(name="colours", model_version_id=colour_version.pk))
+    deployment_reconcile(d.pk)
+    Node.objects.filter(name="hk-1").update(last_heartbeat_at=timezone.now() - timedelta(minutes=5))
+    assert nodes_sweep() == 1
+    assert Node.objects.get(name="hk-1").status == "offline"
+    deployment_reconcile(d.pk)
+    assert Replica.objects.count() == 0  # nowhere to go: no other node is online

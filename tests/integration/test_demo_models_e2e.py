@@ -1,0 +1,57 @@
+"""The quick start's demo deployments, seeded by `manage.py seed_demo`, answer real requests."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+CAT_CLASSES = {"tabby, tabby cat", "tiger cat", "Egyptian cat"}
+
+
+@pytest.fixture(scope="module")
+def demo(stack):
+    stack.manage("ensure_admin")
+    stack.manage("seed_demo")
+    manage_key = stack.api_key("admin", "manage")
+    with stack.client(manage_key) as api:
+        stack.wait_deployment(api, "efficientnet-lite0", timeout=120)
+        stack.wait_deployment(api, "minilm-l6", timeout=120)
+    return stack.api_key("admin", "inference")
+
+
+def test_seed_demo_is_idempotent(stack, demo):
+    out = stack.manage("seed_demo")
+    assert "Registered" not in out and "created" not in out
+
+
+def test_efficientnet_finds_the_cat_in_chelsea(stack, demo):
+    import skimage.data
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(skimage.data.chelsea()).save(buf, format="JPEG", quality=90)
+    with stack.client(demo) as c:
+        r = c.post("/v1/deployments/efficientnet-lite0/predict", content=buf.getvalue(),
+                   headers={"Content-Type": "image/jpeg"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert len(body["predictions"]) == 5
+    assert CAT_CLASSES & {p["label"] for p in body["predictions"]}
+    assert body["predictions"][0]["label"] in CAT_CLASSES
+    assert body["timing_ms"]["total"] >= body["timing_ms"]["inference"] > 0
+
+
+def test_minilm_embeddings_rank_related_sentences_closer(stack, demo):
+    texts = ["A cat sleeps on the sofa.", "A kitten is napping on the couch.", "Stock markets fell sharply today."]
+    with stack.client(demo) as c:
+        r = c.post("/v1/embeddings", json={"model": "minilm-l6", "input": texts})
+    assert r.status_code == 200, r.text
+    vectors = np.array([d["embedding"] for d in r.json()["data"]])
+    assert vectors.shape == (3, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
+    similar, unrelated = vectors[0] @ vectors[1], vectors[0] @ vectors[2]
+    assert similar > 0.5 > unrelated
