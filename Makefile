@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Touched after a successful install: reinstall only when pyproject.toml is newer, so reruns start at once.
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint install
+.PHONY: run test lint install manage key bench
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,3 +30,11 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	SECRET_KEY="$${SECRET_KEY:-test-only-$$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}" \
 		$(EMBEDDED) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# Run a manage.py command against the quick start's services, e.g. `make manage CMD="create_user --username ann --team ops"`.
+manage: $(STAMP)
+	$(EMBEDDED) $(BIN)/python manage.py $(CMD)
+
+# Print a fresh inference API key for the quick start's admin user (the key alone is on the last line).
+key: $(STAMP)
+	@$(EMBEDDED) $(BIN)/python manage.py create_api_key --user admin --name "quick start $$(date +%F-%T)"

@@ -6,6 +6,7 @@ those variables) this module starts both from the binaries bundled in the `embed
 
     var/postgres/        PostgreSQL cluster (initdb'd once, reused afterwards)
     var/redis/           redis.conf, append-only file and RDB snapshot
+    var/log/             postgres.log, redis.log
     var/services.json    chosen ports, generated passwords, which process owns the running servers (0600)
 
 Both servers listen on 127.0.0.1 only, on free ports remembered between runs (never 5432/6379 unless
@@ -81,11 +82,9 @@ def stop_services() -> None:
     if not _owned or _data_dir is None:
         return
     with _locked(_data_dir), _State(_data_dir) as state:
-        if "postgres" in _owned:
-            _stop_postgres(_data_dir / "postgres")
-        if "redis" in _owned:
-            _stop_redis(*_owned["redis"])
-        for name in list(_owned):
+        for name, (pid, proc) in list(_owned.items()):
+            # SIGINT is PostgreSQL's "fast" shutdown; SIGTERM makes Redis flush its append-only file.
+            _stop_process(pid, proc, signal.SIGINT if name == "postgres" else signal.SIGTERM)
             state.section(name).pop("owner_pid", None)
             del _owned[name]
 
@@ -192,6 +191,39 @@ def _tail(path: Path, lines: int = 20) -> str:
     return "(no log)"
 
 
+def _log_file(data_dir: Path, name: str) -> Path:
+    log_dir = data_dir / "log"
+    log_dir.mkdir(exist_ok=True)
+    return log_dir / f"{name}.log"
+
+
+def _spawn(cmd: list[str], log: Path, **kwargs) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        # Own session: a Ctrl-C aimed at the quick start must not kill the servers before the workers stop.
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            **kwargs,
+        )
+
+
+def _stop_process(pid: int, proc: subprocess.Popen | None, signum: int) -> None:
+    with suppress(ProcessLookupError):
+        os.kill(pid, signum)
+    if proc is not None:  # our child: wait() reaps it (polling the pid would only see a zombie)
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    elif not _wait_until_gone(pid, STOP_TIMEOUT_S):
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _wait_until_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -215,8 +247,8 @@ def _ensure_postgres(data_dir: Path, state: _State) -> str:
     pid, port = _postmaster(pgdata)
     if pid is None:
         port = _choose_port(section)
-        pid = _pg_start(pgdata, port)
-        _adopt("postgres", section, pid)
+        proc = _pg_start(pgdata, port, _log_file(data_dir, "postgres"))
+        _adopt("postgres", section, proc.pid, proc)
     elif not _owner_alive(section):
         _adopt("postgres", section, pid)  # left running by a killed run: ours to stop now
     section["port"] = port
@@ -278,51 +310,72 @@ def _initdb(pgdata: Path, password: str) -> None:
     pwfile.write_text(password + "\n")
     pwfile.chmod(0o600)
     _chown_to_pg_user(pwfile)
-    args = ["-D", str(scratch / "data"), "-U", DB_SUPERUSER, f"--pwfile={pwfile}",
-            "--auth=scram-sha-256", "--encoding=UTF8", "--locale=C"]
+    args = [
+        "-D",
+        str(scratch / "data"),
+        "-U",
+        DB_SUPERUSER,
+        f"--pwfile={pwfile}",
+        "--auth=scram-sha-256",
+        "--encoding=UTF8",
+        "--locale=C",
+    ]
     _pg("initdb", args, cwd=scratch, timeout=300)
     (scratch / "data").rename(pgdata)
     shutil.rmtree(scratch)
 
 
+def _read_postmaster_pid(pgdata: Path) -> tuple[int | None, int | None, str]:
+    """(pid, port, status) from postmaster.pid, whose lines are documented in PostgreSQL's pidfile.h."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    except FileNotFoundError:
+        return None, None, ""
+    lines += [""] * (8 - len(lines))  # being written: treat missing lines as empty
+    pid = int(lines[0]) if lines[0].strip().isdigit() else None
+    port = int(lines[3]) if lines[3].strip().isdigit() else None
+    return pid, port, lines[7].strip()
+
+
 def _postmaster(pgdata: Path) -> tuple[int | None, int | None]:
     """(pid, port) of a postgres already serving pgdata; removes a stale postmaster.pid."""
-    pidfile = pgdata / "postmaster.pid"
-    try:
-        lines = pidfile.read_text().splitlines()
-    except FileNotFoundError:
+    pid, port, _ = _read_postmaster_pid(pgdata)
+    if pid is None:
         return None, None
-    pid = int(lines[0]) if lines and lines[0].strip().isdigit() else None
-    if _pid_alive(pid, "postgres"):
-        port = int(lines[3]) if len(lines) > 3 and lines[3].strip().isdigit() else None
+    if _pid_alive(pid, str(pgdata)):  # the postmaster keeps "-D <pgdata>" in its command line
         return pid, port
     # Killed run: postgres copes with most stale pid files itself, but not when the pid was reused
     # by another process (common in containers), so drop it once we know nothing serves this dir.
-    pidfile.unlink(missing_ok=True)
+    (pgdata / "postmaster.pid").unlink(missing_ok=True)
     return None, None
 
 
-def _pg_start(pgdata: Path, port: int) -> int:
+def _pg_start(pgdata: Path, port: int, log: Path) -> subprocess.Popen:
+    """Run postgres directly rather than through `pg_ctl -w`, which was seen to hang past its own
+    timeout on this busy 2-core machine although the server was ready; we watch the pid file ourselves."""
     # TCP on 127.0.0.1 only and no unix socket: long data-dir paths can't break it and URLs are plain.
-    options = f"-h 127.0.0.1 -p {port} -k ''"
-    log = pgdata / "server.log"
-    try:
-        _pg("pg_ctl", ["-D", str(pgdata), "-o", options, "-l", str(log), "-w",
-                       "-t", str(START_TIMEOUT_S), "start"], cwd=pgdata)
-    except (RuntimeError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"PostgreSQL did not start: {exc}\n--- {log} ---\n{_tail(log)}") from exc
-    pid, _ = _postmaster(pgdata)
-    assert pid is not None, "pg_ctl reported success without a postmaster.pid"
-    return pid
-
-
-def _stop_postgres(pgdata: Path) -> None:
-    with suppress(RuntimeError, subprocess.TimeoutExpired):
-        _pg("pg_ctl", ["-D", str(pgdata), "-m", "fast", "-w", "-t", str(STOP_TIMEOUT_S), "stop"],
-            cwd=pgdata, timeout=STOP_TIMEOUT_S + 5)
-    pid, _ = _postmaster(pgdata)
-    if pid is not None:
-        os.kill(pid, signal.SIGKILL)  # fast shutdown hung; recovery on next start is safe
+    cmd = [
+        str(POSTGRES_BIN_PATH / "postgres"),
+        "-D",
+        str(pgdata),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-k",
+        "",
+    ]
+    proc = _spawn(cmd, log, **_pg_user_kwargs(pgdata))
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        pid, _, status = _read_postmaster_pid(pgdata)
+        if pid == proc.pid and status == "ready":
+            return proc
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"PostgreSQL did not start on port {port}\n--- {log} ---\n{_tail(log)}")
+        time.sleep(0.05)
 
 
 def _ensure_database(port: int, password: str) -> None:
@@ -355,7 +408,8 @@ def _ensure_redis(data_dir: Path, state: _State) -> str:
             _adopt("redis", section, pid)
     else:
         if _pid_alive(pid, "redis-server"):
-            _stop_redis(pid, None)  # alive but not answering on the remembered port: restart it
+            # Alive but not answering on the remembered port: restart it rather than guess.
+            _stop_process(pid, None, signal.SIGTERM)
         pidfile.unlink(missing_ok=True)
         port = _choose_port(section)
         proc = _redis_start(rdir, port, password)
@@ -374,34 +428,35 @@ def _redis_start(rdir: Path, port: int, password: str) -> subprocess.Popen:
     fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds the password
     with os.fdopen(fd, "w") as fh:
         fh.write(_redis_config(rdir, port, password))
-    # Own session: a Ctrl-C aimed at the quick start must not kill Redis before the workers stop.
-    proc = subprocess.Popen([str(_redis_server_binary()), str(conf)], cwd=rdir, start_new_session=True,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = _log_file(rdir.parent, "redis")
+    proc = _spawn([str(_redis_server_binary()), str(conf)], log, cwd=rdir)
     deadline = time.monotonic() + START_TIMEOUT_S
     while not _redis_ping(port, password):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            log = rdir / "redis.log"
+            proc.wait()
             raise RuntimeError(f"Redis did not start on port {port}\n--- {log} ---\n{_tail(log)}")
         time.sleep(0.05)
     return proc
 
 
 def _redis_config(rdir: Path, port: int, password: str) -> str:
-    return "\n".join([
-        "bind 127.0.0.1",
-        f"port {port}",
-        f"requirepass {password}",
-        "daemonize no",
-        f'dir "{rdir}"',
-        f'pidfile "{rdir / "redis.pid"}"',
-        f'logfile "{rdir / "redis.log"}"',
-        # Append-only file for durability across restarts, plus the usual RDB snapshots.
-        "appendonly yes",
-        "appendfsync everysec",
-        "save 900 1 300 10 60 10000",
-        "",
-    ])
+    return "\n".join(
+        [
+            "bind 127.0.0.1",
+            f"port {port}",
+            f"requirepass {password}",
+            "daemonize no",
+            f'dir "{rdir}"',
+            f'pidfile "{rdir / "redis.pid"}"',
+            'logfile ""',  # stdout, which _spawn sends to var/log/redis.log
+            # Append-only file for durability across restarts, plus the usual RDB snapshots.
+            "appendonly yes",
+            "appendfsync everysec",
+            "save 900 1 300 10 60 10000",
+            "",
+        ]
+    )
 
 
 def _redis_ping(port: int | None, password: str) -> bool:
@@ -420,21 +475,6 @@ def _redis_ping(port: int | None, password: str) -> bool:
     except OSError:
         return False
     return reply.startswith(b"+OK") and b"+PONG" in reply
-
-
-def _stop_redis(pid: int, proc: subprocess.Popen | None) -> None:
-    # SIGTERM makes Redis flush the append-only file and write a final snapshot before exiting.
-    with suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    if proc is not None:  # our child: wait() reaps it (polling the pid would only see a zombie)
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    elif not _wait_until_gone(pid, STOP_TIMEOUT_S):
-        with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 # --- CLI --------------------------------------------------------------------------------------------

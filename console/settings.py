@@ -28,6 +28,9 @@ try:
     DEBUG = env_bool("LANTAU_DEBUG", False)
     DATA_DIR = Path(env_str("LANTAU_DATA_DIR", str(BASE_DIR / "var"))).resolve()
     SECRET_KEY = env_str("SECRET_KEY")
+    _secret_file = DATA_DIR / "secret_key"  # written (mode 0600) by the quick start on its first run
+    if not SECRET_KEY and _secret_file.is_file():
+        SECRET_KEY = _secret_file.read_text().strip()
     if not SECRET_KEY:
         if not DEBUG:
             raise ConfigError("SECRET_KEY is not set (set it, or LANTAU_DEBUG=1 for a development-only key)")
@@ -62,6 +65,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -106,6 +110,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
+# Static files are few and small: WhiteNoise serves them straight from the source folders (no collectstatic step).
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Uploads larger than this spill to a temporary file instead of memory.

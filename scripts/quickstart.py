@@ -50,9 +50,17 @@ class Child:
         self.log_path = log_dir / f"{name}.log"
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         # Own session: Ctrl-C reaches only us, so we stop children in order and can SIGKILL the group.
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, errors="replace",
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
         self.pump = threading.Thread(target=self._pump, name=f"pump-{name}", daemon=True)
         self.pump.start()
 
@@ -132,9 +140,15 @@ def secret_key(data_dir: Path) -> str:
 def manage(env: dict[str, str], *args: str, capture: bool = False) -> str:
     """Run a manage.py command; captured output is shown only when it fails."""
     cmd = [sys.executable, "manage.py", *args]
-    result = subprocess.run(cmd, cwd=REPO, env=env, text=True, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE if capture else None,
-                            stderr=subprocess.STDOUT if capture else None)
+    result = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if capture else None,
+        stderr=subprocess.STDOUT if capture else None,
+    )
     if result.returncode != 0:
         shown = f"\n{result.stdout.rstrip()}" if capture and result.stdout else ""
         raise Failed(f"'manage.py {' '.join(args[:1])}' failed with exit code {result.returncode}{shown}")
@@ -150,8 +164,13 @@ def prepare(env: dict[str, str]) -> str:
     say("loading the demo models (the first run may take a minute)")
     manage(env, "seed_demo")
     say("creating a token for the local node agent")
-    lines = [line for line in manage(env, "create_node_token", "--name", "local", "--region", "hk",
-                                     capture=True).splitlines() if line.strip()]
+    lines = [
+        line
+        for line in manage(
+            env, "create_node_token", "--name", "local", "--region", "hk", capture=True
+        ).splitlines()
+        if line.strip()
+    ]
     if not lines:
         raise Failed("'manage.py create_node_token' printed no token")
     return lines[-1].strip()
@@ -164,10 +183,36 @@ def start_children(env: dict[str, str], port: int, token: str, data_dir: Path) -
     commands = {
         "console": [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
         # Beat's schedule file goes under var/ instead of littering the repository root.
-        "worker": [py, "-m", "celery", "-A", "console", "worker", "--beat", "-l", "info", "--concurrency", "2",
-                   "--schedule", str(data_dir / "celerybeat-schedule")],
-        "node": [py, "manage.py", "node", "--console", f"http://127.0.0.1:{port}", "--token", token,
-                 "--region", "hk", "--name", "local", "--data-dir", str(data_dir / "node")],
+        "worker": [
+            py,
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "worker",
+            "--beat",
+            "-l",
+            "info",
+            "--concurrency",
+            "2",
+            "--schedule",
+            str(data_dir / "celerybeat-schedule"),
+        ],
+        "node": [
+            py,
+            "manage.py",
+            "node",
+            "--console",
+            f"http://127.0.0.1:{port}",
+            "--token",
+            token,
+            "--region",
+            "hk",
+            "--name",
+            "local",
+            "--data-dir",
+            str(data_dir / "node"),
+        ],
     }
     say(f"starting console, worker and node (logs in {log_dir})")
     return [Child(name, cmd, env, log_dir) for name, cmd in commands.items()]
@@ -179,8 +224,9 @@ def check_alive(children: list[Child]) -> None:
         if code is not None:
             child.pump.join(timeout=2)  # collect its last words before reporting
             last = "\n".join(f"  {line}" for line in child.tail) or "  (no output)"
-            raise Failed(f"{child.name} exited unexpectedly (code {code}); last lines of "
-                         f"{child.log_path}:\n{last}")
+            raise Failed(
+                f"{child.name} exited unexpectedly (code {code}); last lines of {child.log_path}:\n{last}"
+            )
 
 
 def wait_ready(port: int, children: list[Child]) -> None:
@@ -202,8 +248,14 @@ def run(port: int, data_dir: Path, children: list[Child]) -> None:
     say(f"starting PostgreSQL and Redis (data in {data_dir})")
     urls = embedded.ensure_services(data_dir)
     key = secret_key(data_dir)
-    env = {**os.environ, **urls, "SECRET_KEY": key, "LANTAU_DATA_DIR": str(data_dir),
-           "DJANGO_SETTINGS_MODULE": "console.settings", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        **urls,
+        "SECRET_KEY": key,
+        "LANTAU_DATA_DIR": str(data_dir),
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "PYTHONUNBUFFERED": "1",
+    }
     token = prepare(env)
     children.extend(start_children(env, port, token, data_dir))
     wait_ready(port, children)

@@ -58,3 +58,17 @@ def owner_client(owner):
     c = Client()
     c.force_login(owner)
     return c
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory):
+    """Console, worker and one HK node agent as real processes, started once for all end-to-end tests."""
+    from stack import Stack
+
+    s = Stack(tmp_path_factory.mktemp("stack"))
+    try:
+        s.start()
+        s.start_node("local", "hk")
+        yield s
+    finally:
+        s.stop()

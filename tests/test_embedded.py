@@ -58,5 +58,8 @@ def test_env_urls_start_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("DATABASE_URL", "postgres://u@db.example:5432/x")
     monkeypatch.setenv("REDIS_URL", "redis://cache.example:6379/0")
     urls = embedded.ensure_services(tmp_path / "unused")
-    assert urls == {"DATABASE_URL": "postgres://u@db.example:5432/x", "REDIS_URL": "redis://cache.example:6379/0"}
+    assert urls == {
+        "DATABASE_URL": "postgres://u@db.example:5432/x",
+        "REDIS_URL": "redis://cache.example:6379/0",
+    }
     assert not (tmp_path / "unused").exists()

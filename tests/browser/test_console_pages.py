@@ -1,0 +1,96 @@
+"""A person's path through the console in headless Chromium: sign in, upload, deploy, watch it go ready, make a key."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from factories import COLOURS, colour_classifier, image_bytes
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def bea(stack):
+    return {"username": "bea", "password": stack.user("bea", "browser-team", "owner")}
+
+
+def sign_in(page, stack, person):
+    page.goto(stack.url + "/")
+    assert "/accounts/login/" in page.url  # the console needs a session
+    page.fill("input[name=username]", person["username"])
+    page.fill("input[name=password]", person["password"])
+    page.click("button[type=submit]")
+    page.wait_for_url(stack.url + "/")
+
+
+def test_wrong_password_shows_an_error(page, stack, bea):
+    page.goto(stack.url + "/accounts/login/")
+    page.fill("input[name=username]", "bea")
+    page.fill("input[name=password]", "not-it")
+    page.click("button[type=submit]")
+    assert page.locator(".flash.error").inner_text() == "Wrong username or password."
+
+
+def test_upload_deploy_and_create_key_in_the_browser(page, stack, bea, tmp_path):
+    sign_in(page, stack, bea)
+    model = colour_classifier(tmp_path / "colours.onnx")
+    labels = tmp_path / "labels.txt"
+    labels.write_text("\n".join(COLOURS))
+
+    page.click("text=Models")
+    page.fill("#upload-form input[name=name]", "browser-colours")
+    page.set_input_files("#upload-form input[name=file]", str(model))
+    page.set_input_files("#upload-form input[name=labels_file]", str(labels))
+    page.click("#upload-form button[type=submit]")
+    page.wait_for_function("() => /Stored|failed/.test(document.getElementById('upload-status').textContent)")
+    assert "Stored" in page.locator("#upload-status").inner_text(), page.locator("#upload-status").inner_text()
+    assert "browser-colours:1" in page.locator("#upload-status").inner_text()
+    page.wait_for_selector("table td:text-is('browser-colours')")  # the page reloads with the new version
+
+    page.click("text=Deployments")
+    page.fill("#deploy-form input[name=name]", "browser-colours")
+    page.click("#deploy-form button[type=submit]")
+    assert "created" in page.locator(".flash").first.inner_text()
+    # The status cell turns "ready" through the websocket push, without a reload.
+    page.wait_for_selector('tr[data-deployment="browser-colours"] .pill.ready', timeout=60000)
+
+    page.click("text=API keys")
+    page.fill("input[name=name]", "from the browser")
+    page.click("text=Create key")
+    key = page.locator("#new-key-value").inner_text()
+    assert re.fullmatch(r"lt_[0-9a-f]{8}_[A-Za-z0-9_-]{43}", key)
+    page.goto(stack.url + "/accounts/keys/")
+    assert page.locator("#new-key-value").count() == 0  # shown once
+
+    with stack.client(key) as c:
+        r = c.post("/v1/deployments/browser-colours/predict", content=image_bytes((0, 200, 0)),
+                   headers={"Content-Type": "image/jpeg"})
+    assert r.status_code == 200 and r.json()["predictions"][0]["label"] == "green"
+    page.screenshot(path=str(stack.workdir / "keys.png"), full_page=True)
+
+
+def test_upload_error_is_shown_with_its_message(page, stack, bea, tmp_path):
+    sign_in(page, stack, bea)
+    page.click("text=Models")
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"definitely not onnx")
+    page.fill("#upload-form input[name=name]", "bad-model")
+    page.set_input_files("#upload-form input[name=file]", str(bad))
+    page.click("#upload-form button[type=submit]")
+    status = page.locator("#upload-status")
+    status.filter(has_text="Upload failed").wait_for()
+    assert "not a valid ONNX model" in status.inner_text()
+
+
+def test_tables_sort_when_a_header_is_clicked(page, stack, bea):
+    sign_in(page, stack, bea)
+    page.click("text=API keys")
+    for name in ["zeta", "alpha"]:
+        page.fill("input[name=name]", name)
+        page.click("text=Create key")
+    page.click("th:has-text('Name')")
+    names = page.locator("table.sortable tbody tr td:first-child").all_inner_texts()
+    assert names == sorted(names)
+    page.click("th:has-text('Name')")
+    assert page.locator("table.sortable tbody tr td:first-child").all_inner_texts() == sorted(names, reverse=True)
