@@ -20,3 +20,25 @@ class ApiKeyOut(Schema):
 
 class ApiKeyCreatedOut(ApiKeyOut):
     key: str
+
+
+class MemberIn(Schema):
+    username: str
+    role: str = "member"
+
+
+class MemberOut(Schema):
+    username: str
+    role: str
+    created_at: datetime
+
+    @staticmethod
+    def resolve_username(obj):
+        return obj.user.username
+
+
+class MemberCreatedOut(Schema):
+    username: str
+    role: str
+    created_at: datetime
+    password: str | None = None  # only when the account was created now; shown once

@@ -100,3 +100,20 @@ def user_ensure_admin(*, username: str = "admin", team_name: str = "default") ->
         Membership.objects.get_or_create(team=team, user=user, defaults={"role": Role.OWNER})
         audit_record(team=team, actor=user, action="user.bootstrap_admin", target=username)
     return user, password
+
+
+def member_invite(*, team: Team, actor, username: str, role: str) -> tuple[Membership, str | None]:
+    """Add a user to the team, creating the account when it does not exist (its password is returned once)."""
+    import re
+    import secrets
+
+    if not re.fullmatch(r"[\w.@+-]{1,150}", username or ""):
+        raise ValidationFailed("username may contain letters, digits and @.+-_ (max 150)")
+    password = None
+    with transaction.atomic():
+        user = User.objects.filter(username=username).first()
+        if user is None:
+            password = secrets.token_urlsafe(12)
+            user = User.objects.create_user(username=username, password=password)
+        membership = member_add(team=team, user=user, role=role, actor=actor)
+    return membership, password

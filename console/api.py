@@ -8,6 +8,7 @@ from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
 from accounts.api import router as accounts_router
+from accounts.api_team import router as team_router
 from console.auth import team_auth
 from console.errors import ApplicationError
 from inference.api.deployments import router as deployments_router
@@ -67,6 +68,7 @@ def on_unexpected(request, exc):
 
 
 api.add_router("/keys", accounts_router)
+api.add_router("/team", team_router)
 api.add_router("/models", models_router)
 api.add_router("/deployments", deployments_router)
 api.add_router("/nodes", nodes_router)

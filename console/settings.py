@@ -109,7 +109,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "staticfiles"
+STATIC_ROOT = None  # no collectstatic step: see WHITENOISE_USE_FINDERS
 # Static files are few and small: WhiteNoise serves them straight from the source folders (no collectstatic step).
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG

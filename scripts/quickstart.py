@@ -259,6 +259,8 @@ def run(port: int, data_dir: Path, children: list[Child]) -> None:
     token = prepare(env)
     children.extend(start_children(env, port, token, data_dir))
     wait_ready(port, children)
+    say("waiting for the demo deployments to load")
+    manage(env, "wait_deployments", "--timeout", "300")
     print(f"Lantau is running at http://127.0.0.1:{port} (Ctrl-C to stop)", flush=True)
     while True:
         check_alive(children)

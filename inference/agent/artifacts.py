@@ -55,5 +55,9 @@ def prepare(client: httpx.Client, cache_dir: Path, desired: dict) -> Path:
         link = replica_dir / name
         link.unlink(missing_ok=True)
         os.link(folder / name, link)
-    (replica_dir / "lantau.json").write_text(json.dumps(desired["manifest"]))
+    manifest = dict(desired["manifest"])
+    labels = replica_dir / "labels.json"
+    if "labels" not in manifest and labels.exists():
+        manifest["labels"] = json.loads(labels.read_text())
+    (replica_dir / "lantau.json").write_text(json.dumps(manifest))
     return replica_dir

@@ -63,17 +63,20 @@ def manifest_for(replica: Replica) -> dict:
         "deployment": deployment.name,
         "model_version": str(version),
         "task": version.model.task,
+        "team_id": deployment.team_id,
         "model_file": "model.onnx",
-        "labels": version.labels,
         "preprocessing": version.preprocessing,
     }
+    if not any(a.role == "labels" for a in version.artifacts.all()):
+        manifest["labels"] = version.labels  # versions stored before labels became a file
     if version.model.task == "feature-extraction":
         manifest.update({"tokenizer_file": "tokenizer.json", **version.runtime_config})
     return manifest
 
 
 def desired_for(node: Node) -> list[dict]:
-    replicas = Replica.objects.filter(node=node).select_related("deployment", "model_version__model")
+    replicas = (Replica.objects.filter(node=node).select_related("deployment", "model_version__model")
+                .prefetch_related("model_version__artifacts"))
     out = []
     for r in replicas:
         artifacts = [

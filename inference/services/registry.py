@@ -94,13 +94,17 @@ def model_version_upload(*, team: Team, actor, upload: UploadedModel) -> ModelVe
             tok = storage.stage(upload.tokenizer_chunks, max_bytes=64 * 1024 * 1024)
             staged.append(tok)
         checked = _validate(upload, model_file, tok)
-        return _register(team=team, actor=actor, upload=upload, model_file=model_file, tok=tok, checked=checked)
+        if checked["labels"]:
+            # Labels travel as a file like the model, so node heartbeats stay small.
+            staged.append(storage.stage([json.dumps(checked["labels"]).encode()], max_bytes=MAX_LABELS_BYTES * 2))
+        return _register(team=team, actor=actor, upload=upload, model_file=model_file, tok=tok, checked=checked,
+                         labels_file=staged[-1] if checked["labels"] else None)
     finally:
         for item in staged:
             item.discard()  # no-op once committed into the store
 
 
-def _register(*, team, actor, upload, model_file, tok, checked) -> ModelVersion:
+def _register(*, team, actor, upload, model_file, tok, checked, labels_file=None) -> ModelVersion:
     created_blobs: list[Path] = []
     try:
         with transaction.atomic():
@@ -118,6 +122,7 @@ def _register(*, team, actor, upload, model_file, tok, checked) -> ModelVersion:
                 lineage={"source": "upload", "opset": checked["info"]["opset"]},
             )
             files = [("model", "model.onnx", model_file)] + ([("tokenizer", "tokenizer.json", tok)] if tok else [])
+            files += [("labels", "labels.json", labels_file)] if labels_file else []
             for role, filename, staged in files:
                 Artifact.objects.create(version=version, role=role, filename=filename,
                                         sha256=staged.sha256, size_bytes=staged.size)

@@ -9,8 +9,10 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
         "--disable-sync", "--no-first-run", "--disable-quic"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    # Module scope: Playwright's sync API keeps an event loop running while it is open, which would
+    # break later tests that call asyncio.run().
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -46,7 +46,11 @@ def test_settings_refuse_to_start_without_secret_key_outside_debug(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "LANTAU_DEBUG")}
     env["DJANGO_SETTINGS_MODULE"] = "console.settings"
-    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], env=env,
-                            capture_output=True, text=True, timeout=60)
+    env["LANTAU_DATA_DIR"] = str(tmp_path)
+    code = "import django; django.setup(); from django.conf import settings; print(settings.SECRET_KEY)"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "SECRET_KEY is not set" in result.stderr and "Traceback" not in result.stderr
+    (tmp_path / "secret_key").write_text("from-the-quick-start-file\n")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "from-the-quick-start-file"

@@ -38,14 +38,16 @@ def test_valid_classifier_is_stored_with_its_signature(owner_client, colour_onnx
     assert body["label"] == "colours:1" and body["labels_count"] == 3 and body["format"] == "onnx"
     assert body["inputs"] == [{"name": "pixel_values", "dtype": "float32", "shape": ["batch", 3, 16, 16]}]
     assert body["preprocessing"]["input_size"] == [16, 16]
-    assert [p.name for p in stored_files(settings)] == [body["sha256"]]
+    stored = {p.name for p in stored_files(settings)}
+    assert body["sha256"] in stored and len(stored) == 2  # the model and its labels.json
+    assert {a["filename"] for a in body["artifacts"]} == {"model.onnx", "labels.json"}
 
 
-def test_same_content_twice_makes_two_versions_but_one_blob(owner_client, colour_onnx, settings):
+def test_same_content_twice_makes_two_versions_but_one_copy_of_each_file(owner_client, colour_onnx, settings):
     assert upload(owner_client, colour_onnx).status_code == 201
     second = upload(owner_client, colour_onnx)
     assert second.status_code == 201 and second.json()["number"] == 2
-    assert len(stored_files(settings)) == 1
+    assert len(stored_files(settings)) == 2  # model + labels, stored once for both versions
 
 
 @pytest.mark.parametrize("payload, message", [
