@@ -12,6 +12,7 @@ from accounts.api_team import router as team_router
 from console.auth import team_auth
 from console.errors import ApplicationError
 from inference.api.deployments import router as deployments_router
+from inference.api.jobs import router as jobs_router
 from inference.api.models import router as models_router
 from inference.api.nodes import router as nodes_router
 
@@ -72,3 +73,4 @@ api.add_router("/team", team_router)
 api.add_router("/models", models_router)
 api.add_router("/deployments", deployments_router)
 api.add_router("/nodes", nodes_router)
+api.add_router("/jobs", jobs_router)

@@ -4,17 +4,20 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from accounts.selectors import membership_for
-from console.live import team_deployments_group
+from console.live import team_deployments_group, team_jobs_group
 
 
-class DeploymentStatusConsumer(AsyncJsonWebsocketConsumer):
+class TeamGroupConsumer(AsyncJsonWebsocketConsumer):
+    """Base: a signed-in member joins one per-team group; anyone else is refused (close code 4401)."""
+
+    group_for = staticmethod(lambda team_id: "")
+
     async def connect(self):
-        user = self.scope.get("user")
-        membership = await database_sync_to_async(membership_for)(user=user)
+        membership = await database_sync_to_async(membership_for)(user=self.scope.get("user"))
         if membership is None:
             await self.close(code=4401)
             return
-        self.group = team_deployments_group(membership.team_id)
+        self.group = self.group_for(membership.team_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
@@ -22,5 +25,19 @@ class DeploymentStatusConsumer(AsyncJsonWebsocketConsumer):
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
+    async def receive_json(self, content, **kwargs):
+        pass  # consumers only forward; clients change things through the API
+
+
+class DeploymentStatusConsumer(TeamGroupConsumer):
+    group_for = staticmethod(team_deployments_group)
+
     async def deployment_status(self, event):
+        await self.send_json(event["payload"])
+
+
+class JobUpdatesConsumer(TeamGroupConsumer):
+    group_for = staticmethod(team_jobs_group)
+
+    async def job_update(self, event):
         await self.send_json(event["payload"])

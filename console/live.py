@@ -34,3 +34,20 @@ def publish_deployment_status(deployment) -> None:
     payload = {"type": "deployment.status", "deployment": deployment.name, "status": deployment_status(deployment),
                "replicas": replicas}
     publish(team_deployments_group(deployment.team_id), "deployment_status", payload)
+
+
+def team_jobs_group(team_id: int) -> str:
+    return f"team-{team_id}-jobs"
+
+
+def job_payload(job) -> dict:
+    return {
+        "type": "job.update", "id": job.pk, "kind": job.kind, "status": job.status,
+        "progress": round(job.progress, 1), "message": job.message, "error": job.error,
+        "source": job.source_id, "output": job.output_id,
+    }
+
+
+def publish_job(job, log_line: str | None = None) -> None:
+    payload = job_payload(job) | ({"log": log_line} if log_line else {})
+    publish(team_jobs_group(job.team_id), "job_update", payload)

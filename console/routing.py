@@ -2,8 +2,9 @@
 
 from django.urls import path
 
-from console.consumers import DeploymentStatusConsumer
+from console.consumers import DeploymentStatusConsumer, JobUpdatesConsumer
 
 websocket_urlpatterns = [
     path("ws/deployments/", DeploymentStatusConsumer.as_asgi()),
+    path("ws/jobs/", JobUpdatesConsumer.as_asgi()),
 ]

@@ -39,12 +39,16 @@ try:
     CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
     DATABASES = {"default": parse_database_url(env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/lantau"))}
     REDIS_URL = check_redis_url(env_str("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    # Namespaces Celery's queues, the Channels layer and the cache, so installs can share one Redis.
+    REDIS_PREFIX = env_str("LANTAU_REDIS_PREFIX", "lantau")
     STORAGE_DIR = Path(env_str("LANTAU_STORAGE_DIR", str(DATA_DIR / "storage"))).resolve()
     MAX_UPLOAD_BYTES = env_int("LANTAU_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1024)
     MAX_PREDICT_BYTES = env_int("LANTAU_MAX_PREDICT_BYTES", 10 * 1024**2, minimum=1024)
     NODE_OFFLINE_AFTER_S = env_int("LANTAU_NODE_OFFLINE_AFTER_S", 30, minimum=2)
     GATEWAY_TIMEOUT_S = env_int("LANTAU_GATEWAY_TIMEOUT_S", 60, minimum=1)
     APIKEY_CACHE_TTL_S = env_int("LANTAU_APIKEY_CACHE_TTL_S", 300, minimum=1)
+    JOB_HEARTBEAT_STALE_S = env_int("LANTAU_JOB_HEARTBEAT_STALE_S", 45, minimum=5)
+    WORKER_CONCURRENCY = env_int("LANTAU_WORKER_CONCURRENCY", 2, minimum=1, maximum=64)
 except ConfigError as exc:
     _fail(str(exc))
 
@@ -125,22 +129,28 @@ CSRF_COOKIE_HTTPONLY = False
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                     "KEY_PREFIX": REDIS_PREFIX}}
 
 CHANNEL_LAYERS = {
-    "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}},
+    "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{REDIS_PREFIX}:asgi"}},
 }
 
 CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": f"{REDIS_PREFIX}:celery:"}
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Long conversion jobs get their own queue so placement and clean-up never wait behind them.
+CELERY_TASK_ROUTES = {"inference.tasks.job_run": {"queue": "jobs"}}
+CELERY_WORKER_CONCURRENCY = WORKER_CONCURRENCY
 CELERY_BEAT_SCHEDULE = {
     "node-sweep": {"task": "inference.tasks.nodes_sweep", "schedule": 10.0},
     "deployments-reconcile": {"task": "inference.tasks.deployments_reconcile_all", "schedule": 15.0},
+    "jobs-reap": {"task": "inference.tasks.jobs_reap", "schedule": 10.0},
 }
 
 LOGGING = {

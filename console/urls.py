@@ -8,6 +8,7 @@ console_patterns = [
     path("", views.dashboard, name="dashboard"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
+    path("static-vendor/plotly.min.js", views.plotly_js, name="plotly-js"),
 ]
 
 urlpatterns = [

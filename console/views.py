@@ -44,3 +44,16 @@ def dashboard(request):
         context["deployments"] = list(selectors.deployments_for_team(team=membership.team))
         context["models"] = list(selectors.models_for_team(team=membership.team))
     return render(request, "console/dashboard.html", context)
+
+
+def plotly_js(request):
+    """Plotly's browser bundle, served from the installed `plotly` package (no CDN: consoles run offline)."""
+    from pathlib import Path
+
+    import plotly
+    from django.http import FileResponse
+
+    path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    response = FileResponse(open(path, "rb"), content_type="application/javascript")
+    response["Cache-Control"] = "public, max-age=86400"
+    return response

@@ -25,6 +25,8 @@ class ModelVersionOut(Schema):
     labels_count: int
     preprocessing: dict
     lineage: dict
+    report: dict
+    parent_id: int | None
     created_at: datetime
     artifacts: list[ArtifactOut]
 
@@ -154,3 +156,47 @@ class HeartbeatIn(Schema):
     region: str
     inventory: dict = {}
     replicas: list[ReplicaReport] = []
+
+
+class JobIn(Schema):
+    version_id: int
+    kind: str
+    options: dict = {}
+
+
+class JobOut(Schema):
+    id: int
+    kind: str
+    status: str
+    progress: float
+    message: str
+    error: str
+    source_id: int | None
+    source: str | None
+    output_id: int | None
+    output: str | None
+    options: dict
+    result: dict
+    attempts: int
+    created_by: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @staticmethod
+    def resolve_source(obj):
+        return str(obj.source) if obj.source_id else f"upload of {obj.options.get('name', '?')}"
+
+    @staticmethod
+    def resolve_output(obj):
+        return str(obj.output) if obj.output_id else None
+
+    @staticmethod
+    def resolve_created_by(obj):
+        return obj.created_by.username if obj.created_by else None
+
+
+class JobLogOut(Schema):
+    at: datetime
+    progress: float
+    message: str

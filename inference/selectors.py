@@ -6,7 +6,7 @@ from django.db.models import Prefetch, QuerySet
 
 from accounts.models import Team
 from console.errors import NotFound
-from inference.models import Deployment, ModelVersion, Node, RegisteredModel, Replica
+from inference.models import Deployment, Job, ModelVersion, Node, RegisteredModel, Replica
 
 
 def models_for_team(*, team: Team) -> QuerySet[RegisteredModel]:
@@ -62,3 +62,15 @@ def deployment_status(deployment: Deployment) -> str:
 
 def nodes_all() -> QuerySet[Node]:
     return Node.objects.all()
+
+
+def jobs_for_team(*, team: Team, version_id: int | None = None) -> QuerySet[Job]:
+    qs = Job.objects.filter(team=team).select_related("source__model", "output__model", "created_by")
+    return qs.filter(source_id=version_id) if version_id else qs
+
+
+def job_get(*, team: Team, job_id: int) -> Job:
+    job = jobs_for_team(team=team).filter(pk=job_id).first()
+    if job is None:
+        raise NotFound("job not found")
+    return job

@@ -32,3 +32,19 @@ def nodes_sweep_task() -> int:
     from inference.services.nodes import nodes_sweep
 
     return nodes_sweep()
+
+
+@shared_task(name="inference.tasks.job_run")
+def job_run_task(job_id: int) -> str:
+    """Run one conversion, quantization, evaluation or benchmark job to a terminal state."""
+    from inference.services.job_execution import job_execute
+
+    return job_execute(job_id)
+
+
+@shared_task(name="inference.tasks.jobs_reap")
+def jobs_reap_task() -> int:
+    """End jobs whose worker died (no heartbeat for 45 s)."""
+    from inference.services.jobs import jobs_reap
+
+    return jobs_reap()

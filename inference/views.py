@@ -9,13 +9,14 @@ from django.views.decorators.http import require_POST
 from accounts.selectors import membership_for
 from console.errors import ApplicationError
 from inference import selectors
-from inference.models import Device, Region, Task
+from inference.models import Device, JobKind, Region, Task
 from inference.services.deployments import (
     DeploymentSpec,
     deployment_create,
     deployment_delete,
     deployment_update,
 )
+from inference.services.jobs import job_cancel, job_retry, job_start
 
 
 def _membership(request):
@@ -23,6 +24,71 @@ def _membership(request):
     if membership is None:
         raise Http404("you are not a member of any team")
     return membership
+
+
+@login_required
+def model_detail(request, name: str):
+    """Versions side by side (size, speed, agreement), the trade-off chart, and the model's jobs, live."""
+    import json
+
+    from inference.jobs.quantize import recommended_options
+    from inference.reports import chart_points, version_rows
+
+    membership = _membership(request)
+    try:
+        model = selectors.model_get(team=membership.team, name=name)
+    except ApplicationError:
+        raise Http404("model not found") from None
+    versions = list(model.versions.all())
+    rows = version_rows(versions)
+    try:
+        recommended = recommended_options(model.task)
+    except ValueError:
+        recommended = {}
+    context = {
+        "model": model, "rows": rows, "points": chart_points(rows), "can_write": membership.can_write,
+        "jobs": selectors.jobs_for_team(team=membership.team).filter(source__model=model)[:50],
+        "kinds": [c for c in JobKind.choices if c[0] != JobKind.IMPORT], "regions": Region.choices,
+        "recommended": json.dumps(recommended),
+    }
+    return render(request, "inference/model_detail.html", context)
+
+
+@login_required
+@require_POST
+def job_action(request, job_id: int):
+    membership = _membership(request)
+    try:
+        job = selectors.job_get(team=membership.team, job_id=job_id)
+        if request.POST.get("action") == "cancel":
+            job_cancel(team=membership.team, actor=request.user, job=job)
+        else:
+            job_retry(team=membership.team, actor=request.user, job=job)
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+        return redirect("inference:model-list")
+    return redirect("inference:model-detail", name=job.source.model.name)
+
+
+@login_required
+@require_POST
+def job_new(request, name: str):
+    import json
+
+    membership = _membership(request)
+    try:
+        source = selectors.version_get(team=membership.team, version_id=_int(request.POST.get("version_id"), 0))
+        raw = request.POST.get("options", "").strip()
+        try:
+            options = json.loads(raw) if raw else {}
+        except json.JSONDecodeError:
+            raise ApplicationError("options must be JSON") from None
+        job_start(team=membership.team, actor=request.user, source=source, kind=request.POST.get("kind", ""),
+                  options=options)
+        messages.success(request, "Job queued.")
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    return redirect("inference:model-detail", name=name)
 
 
 @login_required

@@ -39,3 +39,25 @@ def image_bytes(colour=(255, 0, 0), size=(64, 48), fmt="JPEG") -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", size, colour).save(buf, format=fmt)
     return buf.getvalue()
+
+
+def tiny_vit_folder(folder: Path) -> Path:
+    """A real Hugging Face image classifier folder (safetensors, preprocessor config, 3 labels)."""
+    from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
+
+    config = ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                       intermediate_size=64, num_labels=3, id2label={0: "cat", 1: "dog", 2: "fox"},
+                       label2id={"cat": 0, "dog": 1, "fox": 2})
+    ViTForImageClassification(config).save_pretrained(folder, safe_serialization=True)
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+def zip_folder(folder: Path, archive: Path) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                zf.write(path, path.relative_to(folder))
+    return archive

@@ -51,6 +51,8 @@ class Stack:
             "LANTAU_DEBUG": "0",
             "LANTAU_DATA_DIR": str(workdir / "data"),
             "LANTAU_NODE_OFFLINE_AFTER_S": "6",
+            "LANTAU_JOB_HEARTBEAT_STALE_S": "8",
+            "LANTAU_REDIS_PREFIX": f"e2e{os.getpid()}",  # parallel test sessions must not steal each other's tasks
             "PYTHONUNBUFFERED": "1",
         }
         self.procs: dict[str, subprocess.Popen] = {}
@@ -63,15 +65,15 @@ class Stack:
     def start(self) -> None:
         self._admin(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
         self._admin(f'CREATE DATABASE "{self.db_name}"')
-        import redis
-
-        redis.Redis.from_url(self.env["REDIS_URL"]).flushdb()
         self.manage("migrate", "--noinput")
         self.spawn("console", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
                                "console.asgi:application"])
-        self.spawn("worker", [sys.executable, "-m", "celery", "-A", "console", "worker", "--beat", "-l", "info",
-                              "--concurrency", "1", "--schedule", str(self.workdir / "beat-schedule")])
+        self.start_worker()
         self.wait_http("/readyz")
+
+    def start_worker(self) -> None:
+        self.spawn("worker", [sys.executable, "-m", "celery", "-A", "console", "worker", "--beat", "-Q", "celery,jobs",
+                              "-l", "info", "--concurrency", "2", "--schedule", str(self.workdir / "beat-schedule")])
 
     def start_node(self, name: str = "local", region: str = "hk") -> None:
         token = self.manage("create_node_token", "--name", name, "--region", region).strip().splitlines()[-1]

@@ -9,7 +9,8 @@ from ninja.files import UploadedFile
 
 from console.errors import ValidationFailed
 from inference import selectors
-from inference.schemas import ModelOut, ModelVersionOut
+from inference.schemas import JobOut, ModelOut, ModelVersionOut
+from inference.services.imports import model_import_start
 from inference.services.registry import UploadedModel, model_version_delete, model_version_upload
 
 router = Router(tags=["models"])
@@ -35,31 +36,80 @@ def model_list(request):
     return list(selectors.models_for_team(team=request.auth.team))
 
 
-@router.post("", response={201: ModelVersionOut})
+@router.post("", response={201: ModelVersionOut, 202: JobOut})
 def model_upload(
     request,
     name: Form[str],
-    task: Form[str],
-    file: File[UploadedFile],
+    task: Form[str] = "",
+    file: File[UploadedFile] = None,
+    files: File[list[UploadedFile]] = None,
     labels: Form[str] = "",
     preprocessing: Form[str] = "",
     description: Form[str] = "",
+    input_shape: Form[str] = "",
     labels_file: File[UploadedFile] = None,
     tokenizer: File[UploadedFile] = None,
 ):
-    """Upload an ONNX model (with labels for classifiers, tokenizer.json for embedding models)."""
-    try:
-        pre = json.loads(preprocessing) if preprocessing.strip() else {}
-    except json.JSONDecodeError:
-        raise ValidationFailed("preprocessing must be a JSON object") from None
-    if not isinstance(pre, dict):
-        raise ValidationFailed("preprocessing must be a JSON object")
-    upload = UploadedModel(
-        name=name.strip(), task=task.strip(), model_chunks=_chunks(file), labels_text=labels or _read_text(labels_file),
-        tokenizer_chunks=_chunks(tokenizer), preprocessing=pre, description=description,
+    """Upload a model.
+
+    One ONNX file (`file`, with `labels` for classifiers and `tokenizer` for embedding models) is checked
+    at once: 201 with the new version, or 422 with the reason. Anything else (a zip of a Hugging Face
+    folder, several files such as `config.json` + `model.safetensors` + tokenizer files, ONNX with
+    external data, TorchScript) is stored and checked by a worker: 202 with the import job to follow.
+    """
+    pre = _json_object(preprocessing, "preprocessing")
+    uploads = ([file] if file else []) + list(files or [])
+    if not uploads:
+        raise ValidationFailed("send the model as `file` (or several `files`)")
+    labels_text = labels or _read_text(labels_file)
+    if len(uploads) == 1 and _sniff_head(uploads[0]) == "onnx":
+        upload = UploadedModel(
+            name=name.strip(), task=task.strip(), model_chunks=_chunks(uploads[0]), labels_text=labels_text,
+            tokenizer_chunks=_chunks(tokenizer), preprocessing=pre, description=description,
+        )
+        return Status(201, model_version_upload(team=request.auth.team, actor=request.auth.user, upload=upload))
+    shape = _json_list(input_shape, "input_shape")
+    extra = [tokenizer] if tokenizer else []
+    job = model_import_start(
+        team=request.auth.team, actor=request.auth.user, name=name.strip(), task=task.strip(),
+        files=[(f.name, _chunks(f)) for f in uploads + extra], labels_text=labels_text, preprocessing=pre,
+        input_shape=shape,
     )
-    version = model_version_upload(team=request.auth.team, actor=request.auth.user, upload=upload)
-    return Status(201, version)
+    return Status(202, job)
+
+
+def _sniff_head(f: UploadedFile) -> str:
+    from inference.validation.formats import PICKLE_MESSAGE
+
+    head = f.read(8)
+    f.seek(0)
+    if head.startswith(b"PK\x03\x04"):
+        return "zip"
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        raise ValidationFailed(PICKLE_MESSAGE)
+    return "onnx"
+
+
+def _json_object(raw: str, what: str) -> dict:
+    try:
+        value = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError:
+        raise ValidationFailed(f"{what} must be a JSON object") from None
+    if not isinstance(value, dict):
+        raise ValidationFailed(f"{what} must be a JSON object")
+    return value
+
+
+def _json_list(raw: str, what: str) -> list[int] | None:
+    if not raw.strip():
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        raise ValidationFailed(f"{what} must be a JSON list of integers, e.g. [1, 3, 224, 224]") from None
+    if not (isinstance(value, list) and 2 <= len(value) <= 6 and all(isinstance(v, int) and 0 < v < 100000 for v in value)):
+        raise ValidationFailed(f"{what} must be a JSON list of 2 to 6 positive integers, e.g. [1, 3, 224, 224]")
+    return value
 
 
 @router.get("/{name}", response=ModelOut)

@@ -1,4 +1,5 @@
 from inference.models.deployments import Deployment, DesiredState, Device, Region, Replica, ReplicaState
+from inference.models.jobs import Job, JobKind, JobLogLine, JobStatus
 from inference.models.nodes import Node, NodeStatus
 from inference.models.registry import Artifact, ModelFormat, ModelVersion, RegisteredModel, Task
 
@@ -7,6 +8,10 @@ __all__ = [
     "Deployment",
     "DesiredState",
     "Device",
+    "Job",
+    "JobKind",
+    "JobLogLine",
+    "JobStatus",
     "ModelFormat",
     "ModelVersion",
     "Node",

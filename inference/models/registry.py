@@ -8,11 +8,15 @@ from django.db import models
 
 class Task(models.TextChoices):
     IMAGE_CLASSIFICATION = "image-classification", "Image classification"
+    TEXT_CLASSIFICATION = "text-classification", "Text classification"
     FEATURE_EXTRACTION = "feature-extraction", "Embeddings"
+    TEXT_GENERATION = "text-generation", "Text generation"
 
 
 class ModelFormat(models.TextChoices):
     ONNX = "onnx", "ONNX"
+    TORCHSCRIPT = "torchscript", "TorchScript"
+    HUGGINGFACE = "huggingface", "Hugging Face"
 
 
 class RegisteredModel(models.Model):
@@ -47,6 +51,7 @@ class ModelVersion(models.Model):
     runtime_config = models.JSONField(default=dict, blank=True)
     parent = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children")
     lineage = models.JSONField(default=dict, blank=True)
+    report = models.JSONField(default=dict, blank=True)  # size, latency and agreement against the parent
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -65,6 +65,8 @@ def deployment_create(*, team: Team, actor, spec: DeploymentSpec) -> Deployment:
     version = ModelVersion.objects.filter(pk=spec.model_version_id, model__team=team).first()
     if version is None:
         raise NotFound("model version not found")
+    if version.format != "onnx":
+        raise ValidationFailed(f"{version} is {version.format}: runners serve ONNX, so export it to ONNX first")
     with transaction.atomic():
         if Deployment.objects.select_for_update().filter(name=spec.name).exists():
             raise Conflict(f"a deployment named {spec.name!r} already exists")

@@ -18,7 +18,7 @@ from inference import storage
 from inference.models import Artifact, ModelVersion, RegisteredModel, Task
 from inference.validation.onnx_model import check_task, image_preprocessing, inspect_onnx
 
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 MAX_LABELS_BYTES = 4 * 1024 * 1024
 
 
@@ -63,7 +63,7 @@ def _check_tokenizer(path: Path) -> None:
 
 
 def _validate(upload: UploadedModel, model_file: storage.StagedFile, tok: storage.StagedFile | None) -> dict:
-    if not _NAME_RE.match(upload.name):
+    if not NAME_RE.match(upload.name):
         raise ValidationFailed("model name must be lowercase letters, digits and dashes (max 63)")
     if upload.task not in Task.values:
         raise ValidationFailed(f"unknown task {upload.task!r}; choose one of {', '.join(Task.values)}")
@@ -150,3 +150,54 @@ def model_version_delete(*, team: Team, actor, version: ModelVersion) -> None:
         if not model.versions.exists():
             model.delete()
         audit_record(team=team, actor=actor, action="model_version.delete", target=label)
+
+
+def version_file(version: ModelVersion, role: str) -> Path | None:
+    """Path in the store of a version's file with `role` ("model", "tokenizer", "labels"), or None."""
+    artifact = next((a for a in version.artifacts.all() if a.role == role), None)
+    return storage.blob_path(artifact.sha256) if artifact else None
+
+
+def version_derive(*, parent: ModelVersion, actor, model_path: Path, precision: str, lineage: dict,
+                   report: dict, tokenizer_path: Path | None = None, labels: list[str] | None = None,
+                   preprocessing: dict | None = None, runtime_config: dict | None = None) -> ModelVersion:
+    """Register a job's ONNX output as the next version of the parent's model.
+
+    Companion files (tokenizer, labels) are the parent's unless given: an export from a Hugging Face
+    folder brings its own tokenizer.json and the labels from its config.
+    """
+    labels = parent.labels if labels is None else labels
+    new_files = [("model", "model.onnx", model_path)] + ([("tokenizer", "tokenizer.json", tokenizer_path)]
+                                                         if tokenizer_path else [])
+    if labels:
+        labels_path = model_path.parent / "labels.json"
+        labels_path.write_text(json.dumps(labels))
+        new_files.append(("labels", "labels.json", labels_path))
+    staged = [(role, name, storage.stage_file(path, max_bytes=settings.MAX_UPLOAD_BYTES)) for role, name, path in new_files]
+    try:
+        info = inspect_onnx(staged[0][2].path)
+        check_task(parent.model.task, info, labels=labels)
+        with transaction.atomic():
+            model = RegisteredModel.objects.select_for_update().get(pk=parent.model_id)
+            number = (model.versions.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+            version = ModelVersion.objects.create(
+                model=model, number=number, sha256=staged[0][2].sha256, size_bytes=staged[0][2].size,
+                precision=precision, inputs=info["inputs"], outputs=info["outputs"], labels=labels,
+                preprocessing=parent.preprocessing if preprocessing is None else preprocessing,
+                runtime_config=parent.runtime_config if runtime_config is None else runtime_config,
+                parent=parent, lineage=lineage, report=report, created_by=actor,
+            )
+            for role, name, item in staged:
+                Artifact.objects.create(version=version, role=role, filename=name, sha256=item.sha256,
+                                        size_bytes=item.size)
+                storage.commit(item)
+            if tokenizer_path is None:
+                for companion in parent.artifacts.filter(role="tokenizer"):  # same content, stored once
+                    Artifact.objects.create(version=version, role="tokenizer", filename=companion.filename,
+                                            sha256=companion.sha256, size_bytes=companion.size_bytes)
+            audit_record(team=model.team, actor=actor, action="model_version.derive", target=str(version),
+                         data={"parent": str(parent), "kind": lineage.get("kind", "")})
+        return version
+    finally:
+        for _, _, item in staged:
+            item.discard()

@@ -24,8 +24,12 @@ def _describe(value_info) -> dict:
     return {"name": value_info.name, "dtype": _DTYPES.get(elem, f"onnx:{elem}"), "shape": _dims(value_info)}
 
 
-def inspect_onnx(path: Path) -> dict:
-    """Parse and check the graph; return its inputs, outputs and opset. Raise ValidationFailed otherwise."""
+def inspect_onnx(path: Path, *, allow_external: bool = False) -> dict:
+    """Parse and check the graph; return its inputs, outputs and opset. Raise ValidationFailed otherwise.
+
+    External data is refused unless `allow_external` (imports, whose data locations were checked to stay
+    inside the upload's folder by `inference.validation.formats`).
+    """
     import onnx
 
     try:
@@ -35,10 +39,12 @@ def inspect_onnx(path: Path) -> dict:
     if not model.graph.node:
         raise ValidationFailed("not a valid ONNX model: the graph has no nodes")
     for tensor in model.graph.initializer:
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            raise ValidationFailed("ONNX models with external data files must be uploaded as one file")
+        if tensor.data_location == onnx.TensorProto.EXTERNAL and not allow_external:
+            raise ValidationFailed("this ONNX model keeps its weights in external data files: upload the .onnx "
+                                   "file together with them (several files, or one zip)")
     try:
-        onnx.checker.check_model(model)
+        # With external data the checker must see the file's folder to find the weights it names.
+        onnx.checker.check_model(str(path) if allow_external else model)
     except Exception as exc:
         raise ValidationFailed(f"ONNX model check failed: {str(exc).splitlines()[0][:300]}") from None
     initializers = {t.name for t in model.graph.initializer}
@@ -63,12 +69,16 @@ def check_task(task: str, info: dict, *, labels: list[str]) -> None:
         classes = outputs[0]["shape"][1]
         if labels and isinstance(classes, int) and classes != len(labels):
             raise ValidationFailed(f"the model has {classes} classes but {len(labels)} labels were given")
-    elif task == "feature-extraction":
+    elif task in ("feature-extraction", "text-classification", "text-generation"):
         names = {i["name"] for i in inputs}
+        what = {"feature-extraction": "an embedding model", "text-classification": "a text classifier",
+                "text-generation": "a text generator"}[task]
         if "input_ids" not in names:
-            raise ValidationFailed("an embedding model needs an `input_ids` input")
-        if not outputs or len(outputs[0]["shape"]) != 3:
-            raise ValidationFailed("an embedding model's first output must be [batch, tokens, hidden]")
+            raise ValidationFailed(f"{what} needs an `input_ids` input")
+        rank = 2 if task == "text-classification" else 3
+        shape = {2: "[batch, classes]", 3: "[batch, tokens, hidden or vocabulary]"}[rank]
+        if not outputs or len(outputs[0]["shape"]) != rank:
+            raise ValidationFailed(f"{what}'s first output must be {shape}")
     else:
         raise ValidationFailed(f"unknown task {task!r}")
 

@@ -15,6 +15,8 @@
       const f = data.get(key);
       if (f && f.size === 0) data.delete(key);
     }
+    const picked = data.getAll("files");
+    if (picked.length === 1) { data.delete("files"); data.append("file", picked[0]); }
     const xhr = new XMLHttpRequest();
     xhr.open("POST", "/api/v1/models");
     xhr.setRequestHeader("X-CSRFToken", csrf());
@@ -27,12 +29,30 @@
       if (xhr.status === 201) {
         status.textContent = "Stored " + body.label + " (" + body.sha256.slice(0, 12) + ").";
         setTimeout(function () { window.location.reload(); }, 600);
+      } else if (xhr.status === 202) {
+        follow(body.id);
       } else {
         bar.value = 0;
         status.textContent = "Upload failed: " + ((body.error && body.error.message) || ("HTTP " + xhr.status));
         status.className = "flash error";
       }
     };
+    // A worker checks archives and folders: follow its job until it ends.
+    function follow(jobId) {
+      fetch("/api/v1/jobs/" + jobId, {credentials: "same-origin"}).then(r => r.json()).then(function (job) {
+        bar.value = job.progress;
+        status.textContent = "Checking in a worker (job #" + jobId + "): " + (job.message || job.status);
+        if (job.status === "succeeded") {
+          status.textContent = "Stored " + job.output + ".";
+          setTimeout(function () { window.location.reload(); }, 600);
+        } else if (job.status === "failed" || job.status === "cancelled") {
+          status.textContent = "Upload failed: " + (job.error || job.status);
+          status.className = "flash error";
+        } else {
+          setTimeout(function () { follow(jobId); }, 500);
+        }
+      });
+    }
     xhr.onerror = function () { status.textContent = "Upload failed: network error"; status.className = "flash error"; };
     xhr.send(data);
   });

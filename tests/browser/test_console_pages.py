@@ -40,13 +40,13 @@ def test_upload_deploy_and_create_key_in_the_browser(page, stack, bea, tmp_path)
 
     page.click("text=Models")
     page.fill("#upload-form input[name=name]", "browser-colours")
-    page.set_input_files("#upload-form input[name=file]", str(model))
+    page.set_input_files("#upload-form input[name=files]", str(model))
     page.set_input_files("#upload-form input[name=labels_file]", str(labels))
     page.click("#upload-form button[type=submit]")
     page.wait_for_function("() => /Stored|failed/.test(document.getElementById('upload-status').textContent)")
     assert "Stored" in page.locator("#upload-status").inner_text(), page.locator("#upload-status").inner_text()
     assert "browser-colours:1" in page.locator("#upload-status").inner_text()
-    page.wait_for_selector("table td:text-is('browser-colours')")  # the page reloads with the new version
+    page.wait_for_selector("table a:text-is('browser-colours')")  # the page reloads with the new version
 
     page.click("text=Deployments")
     page.fill("#deploy-form input[name=name]", "browser-colours")
@@ -76,7 +76,7 @@ def test_upload_error_is_shown_with_its_message(page, stack, bea, tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"definitely not onnx")
     page.fill("#upload-form input[name=name]", "bad-model")
-    page.set_input_files("#upload-form input[name=file]", str(bad))
+    page.set_input_files("#upload-form input[name=files]", str(bad))
     page.click("#upload-form button[type=submit]")
     status = page.locator("#upload-status")
     status.filter(has_text="Upload failed").wait_for()
@@ -94,3 +94,23 @@ def test_tables_sort_when_a_header_is_clicked(page, stack, bea):
     assert names == sorted(names)
     page.click("th:has-text('Name')")
     assert page.locator("table.sortable tbody tr td:first-child").all_inner_texts() == sorted(names, reverse=True)
+
+
+def test_quantization_job_progress_is_live_and_the_tradeoff_is_plotted(page, stack, bea, tmp_path):
+    key = stack.api_key("bea", "manage")
+    with stack.client(key) as api:
+        r = api.post("/api/v1/models", files={"file": ("m.onnx", colour_classifier(tmp_path / "m.onnx").read_bytes())},
+                     data={"name": "plot-colours", "task": "image-classification", "labels": "\n".join(COLOURS)})
+        assert r.status_code == 201
+    sign_in(page, stack, bea)
+    page.goto(stack.url + "/models/plot-colours/")
+    assert "Run a quantization" in page.locator("#tradeoff").inner_text()
+    page.select_option("#job-form select[name=kind]", "quantize_int8")
+    page.fill("#job-form textarea[name=options]", '{"mode": "dynamic"}')
+    page.click("#job-form button[type=submit]")
+    # The row's status pill is driven by websocket messages; the page reloads once the job succeeded.
+    page.wait_for_selector("#jobs .job-status.succeeded", timeout=90000)
+    page.wait_for_selector("#versions td:text-is('plot-colours:2')", timeout=30000)
+    page.wait_for_selector("#tradeoff .scatterlayer .point", state="attached", timeout=30000)
+    assert page.locator("#tradeoff .scatterlayer .point").count() == 2  # the parent and its INT8 child
+    page.screenshot(path=str(stack.workdir / "model.png"), full_page=True)

@@ -1,0 +1,1 @@
+"""Exporters from training frameworks to the ONNX graphs the runner serves (these may import torch)."""

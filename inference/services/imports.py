@@ -1,0 +1,161 @@
+"""Uploads that need a worker to check them: zips, Hugging Face folders, TorchScript, ONNX with external data.
+
+The request only stores the files (hashed, size-limited) and queues an import job; the worker unpacks
+them safely, sniffs the format, checks it against the declared task and registers the version. A failed
+import leaves no model, version or file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+
+from accounts.models import Team
+from accounts.services import audit_record, require_writer
+from console.errors import PayloadTooLarge, ValidationFailed
+from console.live import publish_job
+from inference import storage
+from inference.models import Artifact, Job, JobKind, ModelVersion, RegisteredModel, Task
+from inference.services.registry import NAME_RE, labels_parse
+
+MAX_FILES = 64
+KEEP_HF = ("config.json", "preprocessor_config.json", "generation_config.json", "tokenizer.json",
+           "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt",
+           "tokenizer.model", "added_tokens.json", "chat_template.jinja")
+
+
+def model_import_start(*, team: Team, actor, name: str, task: str, files: list[tuple[str, Iterable[bytes]]],
+                       labels_text: str = "", preprocessing: dict | None = None,
+                       input_shape: list[int] | None = None) -> Job:
+    """Store the uploaded files and queue their import. `task` may be empty for a Hugging Face folder."""
+    require_writer(team=team, user=actor)
+    if not NAME_RE.match(name or ""):
+        raise ValidationFailed("model name must be lowercase letters, digits and dashes (max 63)")
+    if task and task not in Task.values:
+        raise ValidationFailed(f"unknown task {task!r}; choose one of {', '.join(Task.values)}")
+    if not files or len(files) > MAX_FILES:
+        raise ValidationFailed(f"upload 1 to {MAX_FILES} files")
+    labels = labels_parse(labels_text)
+    stored, budget = [], settings.MAX_UPLOAD_BYTES
+    try:
+        for filename, chunks in files:
+            staged = storage.stage(chunks, max_bytes=budget)
+            budget -= staged.size
+            storage.commit(staged)
+            stored.append({"filename": Path(filename).name or "upload", "sha256": staged.sha256, "size": staged.size})
+    except PayloadTooLarge:
+        _drop_unreferenced([f["sha256"] for f in stored])
+        raise PayloadTooLarge(f"the upload is larger than the limit of {settings.MAX_UPLOAD_BYTES} bytes") from None
+    options = {"name": name, "task": task, "files": stored, "labels": labels, "preprocessing": preprocessing or {},
+               "input_shape": input_shape}
+    with transaction.atomic():
+        job = Job.objects.create(team=team, kind=JobKind.IMPORT, source=None, options=options, created_by=actor)
+        audit_record(team=team, actor=actor, action="model.import", target=name,
+                     data={"files": [f["filename"] for f in stored]})
+        publish_job(job)
+        from inference.tasks import job_run_task
+
+        transaction.on_commit(lambda: job_run_task.delay(job.pk))
+    return job
+
+
+def _drop_unreferenced(shas: list[str]) -> None:
+    """Remove upload blobs no artifact uses (content-addressed: another version may share one)."""
+    for sha in set(shas):
+        if not Artifact.objects.filter(sha256=sha).exists():
+            storage.blob_path(sha).unlink(missing_ok=True)
+
+
+def materialize(files: list[dict], folder: Path) -> Path:
+    """Lay the uploaded files out in `folder`; a single zip that is not TorchScript is extracted safely."""
+    from inference.validation.archives import extract_zip
+
+    if len(files) == 1 and _is_plain_zip(storage.blob_path(files[0]["sha256"])):
+        extract_zip(storage.blob_path(files[0]["sha256"]), folder)
+        inner = [p for p in folder.iterdir()]
+        return inner[0] if len(inner) == 1 and inner[0].is_dir() else folder  # zip of one top folder
+    folder.mkdir(parents=True)
+    for f in files:
+        shutil.copyfile(storage.blob_path(f["sha256"]), folder / Path(f["filename"]).name)
+    return folder
+
+
+def _is_plain_zip(path: Path) -> bool:
+    import zipfile
+
+    with open(path, "rb") as handle:
+        if handle.read(4) != b"PK\x03\x04":
+            return False
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except zipfile.BadZipFile:
+        return True  # let extraction report it as a corrupt archive
+    return not any(n.endswith("constants.pkl") or n.endswith("data.pkl") for n in names)
+
+
+def keep_files(info: dict, folder: Path) -> list[tuple[str, str, Path]]:
+    """(role, filename, path) of the files a version keeps, by format."""
+    if info["format"] == "huggingface":
+        names = [n for n in KEEP_HF if (folder / n).is_file()] + list(info["weights"])
+        return [("tokenizer" if n == "tokenizer.json" else "hf", n, folder / n) for n in names]
+    if info["format"] == "torchscript":
+        return [("model", "model.pt", info["path"])]
+    model = [("model", "model.onnx", info["path"])]
+    return model + [("external-data", n, info["path"].parent / n) for n in info.get("external_data", [])]
+
+
+def register_import(*, job: Job, info: dict, folder: Path) -> ModelVersion:
+    """Create the model and version for a checked upload; store each kept file by content."""
+    opts = job.options
+    task = opts["task"] or info.get("task")
+    labels = opts["labels"] or info.get("labels") or []
+    pre = opts["preprocessing"] or info.get("preprocessing") or {}
+    files = keep_files(info, folder)
+    with transaction.atomic():
+        model, _ = RegisteredModel.objects.select_for_update().get_or_create(
+            team=job.team, name=opts["name"], defaults={"task": task, "created_by": job.created_by})
+        if model.task != task:
+            raise ValidationFailed(f"model {model.name!r} already exists with task {model.task}")
+        number = (model.versions.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+        main = next(p for role, _, p in files if role in ("model", "hf"))
+        version = ModelVersion.objects.create(
+            model=model, number=number, format=info["format"], sha256=_sha(main), size_bytes=sum(
+                p.stat().st_size for _, _, p in files), labels=labels, preprocessing=pre, created_by=job.created_by,
+            lineage={"source": "import", "job": job.pk, "files": [f["filename"] for f in opts["files"]],
+                     "architecture": info.get("architecture", "")},
+            runtime_config={"input_shape": opts.get("input_shape")} if opts.get("input_shape") else {},
+        )
+        for role, filename, path in files:
+            staged = storage.stage_file(path, max_bytes=settings.MAX_UPLOAD_BYTES)
+            storage.commit(staged)
+            Artifact.objects.create(version=version, role=role, filename=filename, sha256=staged.sha256,
+                                    size_bytes=staged.size)
+        if labels:
+            staged = storage.stage([json.dumps(labels).encode()], max_bytes=16 * 1024 * 1024)
+            storage.commit(staged)
+            Artifact.objects.create(version=version, role="labels", filename="labels.json", sha256=staged.sha256,
+                                    size_bytes=staged.size)
+        audit_record(team=job.team, actor=job.created_by, action="model_version.create", target=str(version),
+                     data={"format": info["format"], "job": job.pk})
+    return version
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def import_cleanup(job: Job) -> None:
+    """After an import ends, successfully or not, remove upload blobs that no version kept."""
+    _drop_unreferenced([f["sha256"] for f in job.options.get("files", [])])

@@ -1,0 +1,114 @@
+"""Starting, cancelling and retrying jobs; the reaper that ends jobs whose worker died."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.models import Team
+from accounts.services import audit_record, require_writer
+from console.errors import ValidationFailed
+from console.live import publish_job
+from inference.models import Job, JobKind, JobStatus, ModelVersion
+
+_ONNX_ONLY = {JobKind.QUANTIZE_INT8, JobKind.FP16, JobKind.OPTIMIZE, JobKind.EVALUATE, JobKind.BENCHMARK}
+_OPTION_KEYS = {
+    JobKind.QUANTIZE_INT8: {"mode", "method", "per_channel", "quant_format", "activation_type", "weight_type",
+                            "reduce_range", "exclude_nodes", "exclude_op_types", "calibration_limit"},
+    JobKind.FP16: {"keep_io_types", "op_block_list"},
+    JobKind.OPTIMIZE: {"level"},
+    JobKind.EXPORT_ONNX: {"input_shape"},
+    JobKind.EVALUATE: {"limit"},
+    JobKind.BENCHMARK: {"runs"},
+}
+
+
+def _enqueue(job: Job) -> None:
+    from inference.tasks import job_run_task
+
+    transaction.on_commit(lambda: job_run_task.delay(job.pk))
+
+
+def _check(kind: str, source: ModelVersion, options: dict) -> None:
+    if kind not in JobKind.values:
+        raise ValidationFailed(f"unknown job kind {kind!r}; choose one of {', '.join(JobKind.values)}")
+    if not isinstance(options, dict):
+        raise ValidationFailed("options must be a JSON object")
+    unknown = set(options) - _OPTION_KEYS[JobKind(kind)]
+    if unknown:
+        raise ValidationFailed(f"unknown option(s) for {kind}: {', '.join(sorted(unknown))}")
+    if kind in _ONNX_ONLY and source.format != "onnx":
+        raise ValidationFailed(f"{kind} needs an ONNX version; export this {source.format} version first")
+    if kind == JobKind.EXPORT_ONNX and source.format == "onnx":
+        raise ValidationFailed("this version is already ONNX")
+    if kind == JobKind.EVALUATE and source.parent_id is None:
+        raise ValidationFailed("evaluation compares a version with its parent; this version has none")
+
+
+def job_start(*, team: Team, actor, source: ModelVersion, kind: str, options: dict | None = None) -> Job:
+    """Queue a job on one of the team's versions; the worker picks it up after commit."""
+    require_writer(team=team, user=actor)
+    options = options or {}
+    _check(kind, source, options)
+    with transaction.atomic():
+        job = Job.objects.create(team=team, kind=kind, source=source, options=options, created_by=actor)
+        audit_record(team=team, actor=actor, action="job.start", target=f"job {job.pk}",
+                     data={"kind": kind, "source": str(source), "options": options})
+        publish_job(job)
+        _enqueue(job)
+    return job
+
+
+def job_cancel(*, team: Team, actor, job: Job) -> Job:
+    """Cancel a queued job at once; ask a running one to stop at its next step."""
+    require_writer(team=team, user=actor)
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        if job.status == JobStatus.QUEUED:
+            job.check_transition(JobStatus.CANCELLED)
+            job.status, job.finished_at, job.message = JobStatus.CANCELLED, timezone.now(), "cancelled before it started"
+        elif job.status == JobStatus.RUNNING:
+            job.cancel_requested = True
+        else:
+            job.check_transition(JobStatus.CANCELLED)  # raises: already finished
+        job.save()
+        audit_record(team=team, actor=actor, action="job.cancel", target=f"job {job.pk}")
+        publish_job(job)
+    return job
+
+
+def job_retry(*, team: Team, actor, job: Job) -> Job:
+    """Put a failed or cancelled job back in the queue with the same options."""
+    require_writer(team=team, user=actor)
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        job.check_transition(JobStatus.QUEUED)
+        job.status, job.progress, job.error, job.message = JobStatus.QUEUED, 0, "", "queued again"
+        job.cancel_requested, job.started_at, job.finished_at, job.result = False, None, None, {}
+        job.save()
+        job.log_lines.create(progress=0, message="retried")
+        audit_record(team=team, actor=actor, action="job.retry", target=f"job {job.pk}")
+        publish_job(job)
+        _enqueue(job)
+    return job
+
+
+def jobs_reap() -> int:
+    """Fail running jobs whose worker stopped sending heartbeats (killed, out of memory, machine lost)."""
+    cutoff = timezone.now() - timedelta(seconds=settings.JOB_HEARTBEAT_STALE_S)
+    reaped = 0
+    for job in Job.objects.filter(status=JobStatus.RUNNING, heartbeat_at__lt=cutoff):
+        with transaction.atomic():
+            changed = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, heartbeat_at__lt=cutoff).update(
+                status=JobStatus.FAILED, finished_at=timezone.now(),
+                error=f"the worker {job.worker or ''} stopped responding; the job was ended (retry it)".replace("  ", " "),
+            )
+            if changed:
+                reaped += 1
+                job.refresh_from_db()
+                job.log_lines.create(progress=job.progress, message="worker lost: job failed")
+                publish_job(job)
+    return reaped

@@ -1,0 +1,98 @@
+"""Job rows: what may be started, cancel and retry rules, the reaper, and the API around them."""
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from inference.models import Job, JobStatus
+from inference.services.jobs import jobs_reap
+
+pytestmark = pytest.mark.django_db
+
+
+def start(client, version, kind="quantize_int8", **options):
+    return client.post("/api/v1/jobs", {"version_id": version.pk, "kind": kind, "options": options},
+                       content_type="application/json")
+
+
+def test_start_queues_a_job_with_an_audit_trail(owner_client, colour_version):
+    r = start(owner_client, colour_version, mode="dynamic")
+    assert r.status_code == 201, r.content
+    body = r.json()
+    assert body["status"] == "queued" and body["source"] == "colours:1" and body["options"] == {"mode": "dynamic"}
+    assert owner_client.get(f"/api/v1/jobs/{body['id']}").json()["kind"] == "quantize_int8"
+
+
+@pytest.mark.parametrize("kind, options, message", [
+    ("rewrite_in_rust", {}, "unknown job kind"),
+    ("quantize_int8", {"bogus": 1}, "unknown option"),
+    ("export_onnx", {}, "already ONNX"),
+    ("evaluate", {}, "has none"),
+])
+def test_invalid_jobs_are_refused_with_a_reason(owner_client, colour_version, kind, options, message):
+    r = start(owner_client, colour_version, kind, **options)
+    assert r.status_code == 422 and message in r.json()["error"]["message"]
+    assert not Job.objects.exists()
+
+
+def test_viewer_cannot_start_and_outsider_cannot_see(colour_version, viewer, outsider, owner_client):
+    c = Client()
+    c.force_login(viewer)
+    assert start(c, colour_version).status_code == 403
+    job_id = start(owner_client, colour_version).json()["id"]
+    o = Client()
+    o.force_login(outsider)
+    assert o.get(f"/api/v1/jobs/{job_id}").status_code == 404
+    assert o.post(f"/api/v1/jobs/{job_id}/cancel").status_code == 404
+    assert start(o, colour_version).status_code == 404
+
+
+def test_cancel_a_queued_job_then_retry_it(owner_client, colour_version):
+    job_id = start(owner_client, colour_version).json()["id"]
+    r = owner_client.post(f"/api/v1/jobs/{job_id}/cancel")
+    assert r.status_code == 200 and r.json()["status"] == "cancelled"
+    again = owner_client.post(f"/api/v1/jobs/{job_id}/cancel")
+    assert again.status_code == 409
+    retried = owner_client.post(f"/api/v1/jobs/{job_id}/retry")
+    assert retried.status_code == 200 and retried.json()["status"] == "queued"
+    assert "retried" in [line["message"] for line in owner_client.get(f"/api/v1/jobs/{job_id}/log").json()]
+
+
+def test_cancel_of_a_running_job_is_a_request_honoured_by_the_worker(owner_client, colour_version):
+    job_id = start(owner_client, colour_version).json()["id"]
+    Job.objects.filter(pk=job_id).update(status=JobStatus.RUNNING)
+    r = owner_client.post(f"/api/v1/jobs/{job_id}/cancel")
+    assert r.status_code == 200 and r.json()["status"] == "running"
+    assert Job.objects.get(pk=job_id).cancel_requested
+
+
+def test_succeeded_jobs_cannot_be_retried(owner_client, colour_version):
+    job_id = start(owner_client, colour_version).json()["id"]
+    Job.objects.filter(pk=job_id).update(status=JobStatus.SUCCEEDED)
+    r = owner_client.post(f"/api/v1/jobs/{job_id}/retry")
+    assert r.status_code == 409 and "succeeded" in r.json()["error"]["message"]
+
+
+def test_reaper_fails_running_jobs_whose_worker_went_silent(owner_client, colour_version, settings):
+    settings.JOB_HEARTBEAT_STALE_S = 30
+    stale = start(owner_client, colour_version).json()["id"]
+    fresh = start(owner_client, colour_version).json()["id"]
+    Job.objects.filter(pk=stale).update(status=JobStatus.RUNNING, heartbeat_at=timezone.now() - timedelta(minutes=2))
+    Job.objects.filter(pk=fresh).update(status=JobStatus.RUNNING, heartbeat_at=timezone.now())
+    assert jobs_reap() == 1
+    job = Job.objects.get(pk=stale)
+    assert job.status == "failed" and "stopped responding" in job.error and job.finished_at
+    assert Job.objects.get(pk=fresh).status == "running"
+
+
+def test_model_page_shows_versions_chart_and_jobs(owner_client, colour_version):
+    start(owner_client, colour_version, mode="dynamic")
+    page = owner_client.get("/models/colours/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "colours:1" in html and 'id="tradeoff"' in html and "data-job=" in html
+    assert "INT8 quantization" in html
+    assert owner_client.get("/static-vendor/plotly.min.js").status_code == 200
+    assert owner_client.get("/models/nope/").status_code == 404
