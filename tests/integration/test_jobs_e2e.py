@@ -48,7 +48,7 @@ def test_static_int8_job_yields_a_deployable_version_with_a_report(stack, jay, v
         assert done["status"] == "succeeded", done["error"]
         assert done["progress"] == 100 and done["output"] == "job-colours:2"
         log = [line["message"] for line in api.get(f"/api/v1/jobs/{job['id']}/log").json()]
-        assert log[-1].startswith("succeeded") and len(log) >= 3
+        assert log[-1].startswith("succeeded") and len(log) >= 2  # progress lines are throttled to 1 a second
         child = next(v for v in api.get("/api/v1/models/job-colours").json()["versions"] if v["number"] == 2)
         assert child["precision"] == "int8" and child["parent_id"] == version["id"]
         report = child["report"]
