@@ -55,3 +55,26 @@ def test_minilm_embeddings_rank_related_sentences_closer(stack, demo):
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
     similar, unrelated = vectors[0] @ vectors[1], vectors[0] @ vectors[2]
     assert similar > 0.5 > unrelated
+
+
+def test_efficientnet_static_int8_job_keeps_its_answers(stack, demo):
+    """The issue's accuracy bar on real photos (speed is reported by the job and `make bench`, not asserted)."""
+    import time
+
+    key = stack.api_key("admin", "manage")
+    with stack.client(key) as api:
+        parent = api.get("/api/v1/models/efficientnet-lite0").json()["versions"][-1]
+        job = api.post("/api/v1/jobs", json={"version_id": parent["id"], "kind": "quantize_int8"}).json()
+        deadline = time.monotonic() + 600
+        while (body := api.get(f"/api/v1/jobs/{job['id']}").json())["status"] in ("queued", "running"):
+            assert time.monotonic() < deadline, body
+            time.sleep(1)
+        assert body["status"] == "succeeded", body["error"]
+        child = next(v for v in api.get("/api/v1/models/efficientnet-lite0").json()["versions"]
+                     if v["id"] == body["output_id"])
+    agreement = child["report"]["agreement"]
+    assert agreement["count"] >= 100
+    assert agreement["confident_top1_agreement"] >= 0.97
+    assert agreement["parent_top1_in_child_top5"] >= 0.99
+    assert child["precision"] == "int8" and child["size_bytes"] < parent["size_bytes"] / 2
+    assert child["report"]["conversion"]["options"]["per_channel"] is True
