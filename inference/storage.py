@@ -76,7 +76,7 @@ def commit(staged: StagedFile) -> tuple[Path, bool]:
         staged.discard()
         return final, False
     final.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(staged.path, 0o640)
+    os.chmod(staged.path, 0o440)  # stored content never changes; jobs hard-link it read-only
     os.replace(staged.path, final)
     return final, True
 

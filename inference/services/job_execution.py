@@ -133,7 +133,12 @@ def _finish(job: Job, status: str, *, result: dict | None = None, output: ModelV
 
 
 def _inputs(version: ModelVersion) -> dict:
-    return {"model": version_file(version, "model"), "tokenizer": version_file(version, "tokenizer"),
+    """Paths a job reads: the model (in a folder with its external data files, if any) and companions."""
+    model = version_file(version, "model")
+    if version.artifacts.filter(role="external-data").exists():
+        folder = Path(tempfile.mkdtemp(prefix=f"lantau-v{version.pk}-"))
+        model = _link_version(version, folder) / "model.onnx"
+    return {"model": model, "tokenizer": version_file(version, "tokenizer"),
             "preprocessing": version.preprocessing or None, "task": version.model.task}
 
 
@@ -257,20 +262,30 @@ def _record_signature(version: ModelVersion, details: dict) -> None:
     ModelVersion.objects.filter(pk=version.pk).update(**fields)
 
 
-def _materialize_version(version: ModelVersion, folder: Path) -> Path:
+def _link_version(version: ModelVersion, folder: Path) -> Path:
+    """Lay a version's files out under their names: hard links into the store, copies across filesystems.
+
+    Not symbolic links: the format checks refuse links, as they should for anything uploaded.
+    """
+    import os
     import shutil
 
-    folder.mkdir(parents=True)
-    for artifact in version.artifacts.all():
-        shutil.copyfile(version_file_by_name(version, artifact.filename), folder / artifact.filename)
-    return folder / "model.pt" if version.format == "torchscript" else folder
-
-
-def version_file_by_name(version: ModelVersion, filename: str) -> Path:
     from inference import storage
 
-    artifact = version.artifacts.get(filename=filename)
-    return storage.blob_path(artifact.sha256)
+    folder.mkdir(parents=True, exist_ok=True)
+    for artifact in version.artifacts.all():
+        target = folder / Path(artifact.filename).name
+        try:
+            os.link(storage.blob_path(artifact.sha256), target)
+        except OSError:
+            shutil.copyfile(storage.blob_path(artifact.sha256), target)
+    return folder
+
+
+def _materialize_version(version: ModelVersion, folder: Path) -> Path:
+    """A Hugging Face folder or a TorchScript file, as the exporter expects to find it."""
+    _link_version(version, folder)
+    return folder / "model.pt" if version.format == "torchscript" else folder
 
 
 def _export(job, reporter, tmp: Path):
@@ -288,7 +303,8 @@ def _export(job, reporter, tmp: Path):
     if source.model.task == "image-classification":
         pre = image_preprocessing(inspect_onnx(model_path), report.get("preprocessing") or source.preprocessing or {})
     tokenizer = out / "tokenizer.json"
-    runtime = {"max_length": 256, "pooling": "mean", "normalize": True} if source.model.task == "feature-extraction" else {}
+    runtime = {"feature-extraction": {"max_length": 256, "pooling": "mean", "normalize": True},
+               "text-generation": {"generation": report.get("generation")}}.get(source.model.task, {})
     reporter.progress(90, "storing the ONNX version")
     lineage = {"source": "job", "job": job.pk, "kind": job.kind, "parent": str(source), "options": job.options}
     version = version_derive(parent=source, actor=job.created_by, model_path=model_path, precision="fp32",

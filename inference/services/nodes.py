@@ -69,7 +69,7 @@ def manifest_for(replica: Replica) -> dict:
     }
     if not any(a.role == "labels" for a in version.artifacts.all()):
         manifest["labels"] = version.labels  # versions stored before labels became a file
-    if version.model.task == "feature-extraction":
+    if version.model.task in ("feature-extraction", "text-generation", "text-classification"):
         manifest.update({"tokenizer_file": "tokenizer.json", **version.runtime_config})
     return manifest
 

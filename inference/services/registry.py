@@ -33,6 +33,7 @@ class UploadedModel:
     tokenizer_chunks: Iterable[bytes] | None = None
     preprocessing: dict = field(default_factory=dict)
     description: str = ""
+    generation: dict = field(default_factory=dict)  # text generation: cache layout, context, eos, chat template
 
 
 def labels_parse(text: str) -> list[str]:
@@ -76,10 +77,28 @@ def _validate(upload: UploadedModel, model_file: storage.StagedFile, tok: storag
         pre = image_preprocessing(info, upload.preprocessing)
     else:
         if tok is None:
-            raise ValidationFailed("an embedding model needs its tokenizer.json")
+            raise ValidationFailed(f"a {upload.task} model needs its tokenizer.json")
         _check_tokenizer(tok.path)
-        runtime = {"max_length": 256, "pooling": "mean", "normalize": True}
+        runtime = _text_runtime(upload, info)
     return {"info": info, "labels": labels, "preprocessing": pre, "runtime": runtime}
+
+
+GENERATION_KEYS = {"num_layers", "num_kv_heads", "head_dim", "context_length"}
+
+
+def _text_runtime(upload: UploadedModel, info: dict) -> dict:
+    if upload.task == Task.FEATURE_EXTRACTION:
+        return {"max_length": 256, "pooling": "mean", "normalize": True}
+    if upload.task == Task.TEXT_GENERATION:
+        missing = GENERATION_KEYS - set(upload.generation)
+        if missing:
+            raise ValidationFailed(f"a text generation model needs `generation` settings: {', '.join(sorted(missing))}")
+        past = [i for i in info["inputs"] if i["name"].startswith("past_key_values.") and i["name"].endswith(".key")]
+        if len(past) != upload.generation["num_layers"]:
+            raise ValidationFailed(f"the graph has {len(past)} key/value cache inputs but num_layers is "
+                                   f"{upload.generation['num_layers']}")
+        return {"generation": upload.generation}
+    return {"max_length": 256}
 
 
 def model_version_upload(*, team: Team, actor, upload: UploadedModel) -> ModelVersion:
