@@ -55,6 +55,20 @@ def model_detail(request, name: str):
 
 
 @login_required
+def job_detail(request, job_id: int):
+    import json
+
+    membership = _membership(request)
+    try:
+        job = selectors.job_get(team=membership.team, job_id=job_id)
+    except ApplicationError:
+        raise Http404("job not found") from None
+    context = {"job": job, "can_write": membership.can_write, "options_json": json.dumps(job.options, indent=2),
+               "result_json": json.dumps(job.result, indent=2) if job.result else ""}
+    return render(request, "inference/job_detail.html", context)
+
+
+@login_required
 @require_POST
 def job_action(request, job_id: int):
     membership = _membership(request)
@@ -67,7 +81,7 @@ def job_action(request, job_id: int):
     except ApplicationError as exc:
         messages.error(request, exc.message)
         return redirect("inference:model-list")
-    return redirect("inference:model-detail", name=job.source.model.name)
+    return redirect("inference:job-detail", job_id=job.pk)
 
 
 @login_required

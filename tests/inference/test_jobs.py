@@ -96,3 +96,15 @@ def test_model_page_shows_versions_chart_and_jobs(owner_client, colour_version):
     assert "INT8 quantization" in html
     assert owner_client.get("/static-vendor/plotly.min.js").status_code == 200
     assert owner_client.get("/models/nope/").status_code == 404
+
+
+def test_job_page_shows_status_log_and_is_private(owner_client, colour_version, outsider):
+    job_id = start(owner_client, colour_version, mode="dynamic").json()["id"]
+    owner_client.post(f"/api/v1/jobs/{job_id}/cancel")
+    page = owner_client.get(f"/jobs/{job_id}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "cancelled" in html and "&quot;mode&quot;: &quot;dynamic&quot;" in html and "Retry" in html
+    other = Client()
+    other.force_login(outsider)
+    assert other.get(f"/jobs/{job_id}/").status_code == 404
