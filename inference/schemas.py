@@ -89,6 +89,7 @@ class DeploymentIn(Schema):
 class DeploymentPatch(Schema):
     replicas: int | None = None
     state: str | None = None
+    model_version_id: int | None = None  # roll over to another version of the team's
 
 
 class DeploymentOut(Schema):

@@ -34,7 +34,8 @@ def deployment_show(request, name: str):
 def deployment_change(request, name: str, payload: DeploymentPatch):
     deployment = selectors.deployment_get(team=request.auth.team, name=name)
     deployment_update(team=request.auth.team, actor=request.auth.user, deployment=deployment,
-                      replicas=payload.replicas, desired_state=payload.state)
+                      replicas=payload.replicas, desired_state=payload.state,
+                      model_version_id=payload.model_version_id)
     return selectors.deployment_get(team=request.auth.team, name=name)
 
 

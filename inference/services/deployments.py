@@ -82,9 +82,16 @@ def deployment_create(*, team: Team, actor, spec: DeploymentSpec) -> Deployment:
 
 
 def deployment_update(*, team: Team, actor, deployment: Deployment, replicas: int | None = None,
-                      desired_state: str | None = None) -> Deployment:
-    """Scale, pause or resume; the reconciler adds or removes replicas."""
+                      desired_state: str | None = None, model_version_id: int | None = None) -> Deployment:
+    """Scale, pause, resume or move to another version; the reconciler rolls replicas over."""
     require_writer(team=team, user=actor)
+    version = None
+    if model_version_id is not None:
+        version = ModelVersion.objects.filter(pk=model_version_id, model__team=team).first()
+        if version is None:
+            raise NotFound("model version not found")
+        if version.format != "onnx":
+            raise ValidationFailed(f"{version} is {version.format}: runners serve ONNX, so export it to ONNX first")
     if replicas is not None and not 0 <= replicas <= 32:
         raise ValidationFailed("replicas must be between 0 and 32")
     if desired_state is not None and desired_state not in DesiredState.values:
@@ -95,9 +102,12 @@ def deployment_update(*, team: Team, actor, deployment: Deployment, replicas: in
             deployment.replicas = replicas
         if desired_state is not None:
             deployment.desired_state = desired_state
+        if version is not None:
+            deployment.model_version = version
         deployment.save()
         audit_record(team=team, actor=actor, action="deployment.update", target=deployment.name,
-                     data={"replicas": deployment.replicas, "state": deployment.desired_state})
+                     data={"replicas": deployment.replicas, "state": deployment.desired_state,
+                           "version": str(deployment.model_version)})
         _enqueue_reconcile(deployment.pk)
     return deployment
 
@@ -111,22 +121,29 @@ def deployment_delete(*, team: Team, actor, deployment: Deployment) -> None:
 
 
 def deployment_reconcile(deployment_id: int) -> dict:
-    """Converge replicas to the desired count: drop dead or outdated ones, place missing ones. Idempotent."""
+    """Converge replicas to the desired state. Idempotent; runs after every change and every 15 s.
+
+    Dead replicas (failed, or on an offline node) go at once. Replicas of an older version keep serving
+    until as many replicas of the current version are ready as wanted (a rolling update with surge),
+    so an update never leaves the deployment without a ready replica.
+    """
     with transaction.atomic():
         deployment = Deployment.objects.select_for_update().filter(pk=deployment_id).first()
         if deployment is None:
             return {"deleted": True}
         want = deployment.replicas if deployment.desired_state == DesiredState.RUNNING else 0
         replicas = list(deployment.replica_set.select_related("node"))
-        stale = [r for r in replicas if r.node.status == "offline" or r.state == ReplicaState.FAILED
-                 or r.model_version_id != deployment.model_version_id]
-        keep = [r for r in replicas if r not in stale]
-        removed = len(stale) + max(0, len(keep) - want)
-        for r in stale + keep[want:]:
+        dead = [r for r in replicas if r.node.status == "offline" or r.state == ReplicaState.FAILED]
+        alive = [r for r in replicas if r not in dead]
+        current = [r for r in alive if r.model_version_id == deployment.model_version_id]
+        outdated = [r for r in alive if r.model_version_id != deployment.model_version_id]
+        ready = sum(1 for r in current[:want] if r.state == ReplicaState.READY)
+        retire = outdated if ready >= want else []
+        for r in dead + current[want:] + retire:
             r.delete()
-        keep = keep[:want]
-        placed = _place_missing(deployment, keep, want)
-    return {"kept": len(keep), "placed": placed, "removed": removed}
+        placed = _place_missing(deployment, current[:want], want)
+    return {"kept": len(current[:want]), "placed": placed, "removed": len(dead + current[want:] + retire),
+            "outdated_serving": len(outdated) - len(retire)}
 
 
 def _place_missing(deployment: Deployment, keep: list[Replica], want: int) -> int:

@@ -124,7 +124,7 @@ def _apply_report(node: Node, report: dict) -> None:
     if deployment is None:
         return
     publish_deployment_status(deployment)
-    if state == ReplicaState.FAILED:
+    if state in (ReplicaState.FAILED, ReplicaState.READY):  # replace the failed; retire old versions once ready
         from inference.tasks import deployment_reconcile_task
 
         transaction.on_commit(lambda: deployment_reconcile_task.delay(deployment.pk))

@@ -86,3 +86,33 @@ def test_deployment_pages_create_and_pause(owner_client, colour_version):
     assert b"Resume" in owner_client.get("/deployments/").content
     bad = owner_client.post("/deployments/", {"name": "BAD", "model_version_id": colour_version.pk}, follow=True)
     assert b"deployment name must be" in bad.content
+
+
+def test_version_update_rolls_over_without_dropping_ready_replicas(owner_client, colour_version, node_hk_cpu, owner, team):
+    from factories import COLOURS, colour_classifier
+
+    from inference.services.registry import UploadedModel, model_version_upload
+
+    d = create(owner_client, colour_version, replicas=1).json()
+    deployment_reconcile(d["id"])
+    Replica.objects.update(state="ready", url="http://127.0.0.1:1")
+    import tempfile
+    from pathlib import Path
+
+    path = colour_classifier(Path(tempfile.mkdtemp()) / "v2.onnx", size=8)
+    v2 = model_version_upload(team=team, actor=owner, upload=UploadedModel(
+        name="colours", task="image-classification", model_chunks=[path.read_bytes()], labels_text="\n".join(COLOURS)))
+    r = owner_client.patch("/api/v1/deployments/colours", {"model_version_id": v2.pk}, content_type="application/json")
+    assert r.status_code == 200 and r.json()["model_version"] == "colours:2"
+    result = deployment_reconcile(d["id"])
+    assert result["placed"] == 1 and result["outdated_serving"] == 1  # the old one serves until the new is ready
+    assert sorted(Replica.objects.values_list("model_version__number", "state")) == [(1, "ready"), (2, "pending")]
+    Replica.objects.filter(model_version=v2).update(state="ready")
+    deployment_reconcile(d["id"])
+    assert list(Replica.objects.values_list("model_version__number", flat=True)) == [2]
+
+
+def test_version_update_refuses_non_onnx_and_other_teams_versions(owner_client, colour_version, outsider):
+    create(owner_client, colour_version)
+    r = owner_client.patch("/api/v1/deployments/colours", {"model_version_id": 999999}, content_type="application/json")
+    assert r.status_code == 404
