@@ -38,3 +38,9 @@ manage: $(STAMP)
 # Print a fresh inference API key for the quick start's admin user (the key alone is on the last line).
 key: $(STAMP)
 	@$(EMBEDDED) $(BIN)/python manage.py create_api_key --user admin --name "quick start $$(date +%F-%T)"
+
+# Benchmark (docs/performance.md): raw onnxruntime vs the runner vs a plain server vs the gateway, one JSON
+# line per scenario on stdout. `make bench BENCH_ARGS="--quick"` or `BENCH_ARGS="--scenarios raw,runner"`.
+.PHONY: bench
+bench: $(STAMP)
+	$(EMBEDDED) $(BIN)/python -m bench $(BENCH_ARGS)

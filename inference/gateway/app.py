@@ -6,30 +6,19 @@ import json
 import logging
 import re
 
-import httpx
 from django.conf import settings
 
 from console.errors import ApplicationError, BadRequest, NotFound, Unavailable
-from inference.gateway.auth import authenticate
+from inference.gateway import upstream
+from inference.gateway.auth import Caller, authenticate, enforce_rate_limit
 from inference.gateway.http import ClientGone, header, read_body, send_error, send_json
 from inference.gateway.routing import Endpoint, Route, RouteTable
 
 log = logging.getLogger("lantau.gateway")
 _PREDICT = re.compile(r"^/v1/deployments/([a-z0-9][a-z0-9-]{0,62})/predict$")
 _OPENAI = {"/v1/embeddings", "/v1/chat/completions", "/v1/completions"}
-_PASS_HEADERS = {b"content-type", b"retry-after", b"cache-control"}
 
 routes = RouteTable()
-_client: httpx.AsyncClient | None = None
-
-
-def client() -> httpx.AsyncClient:
-    global _client
-    if _client is None:
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=30)
-        timeout = httpx.Timeout(settings.GATEWAY_TIMEOUT_S, connect=2.0)
-        _client = httpx.AsyncClient(limits=limits, timeout=timeout)
-    return _client
 
 
 async def gateway_app(scope, receive, send) -> None:
@@ -46,7 +35,8 @@ async def gateway_app(scope, receive, send) -> None:
 
 async def _dispatch(scope, receive, send) -> None:
     path, method = scope["path"], scope["method"]
-    identity = await authenticate(header(scope, b"authorization"))
+    caller = await authenticate(header(scope, b"authorization"))
+    identity = caller.identity
     if path == "/v1/models" and method == "GET":
         names = await routes.names_for_team(identity.team_id)
         data = [{"id": n, "object": "model", "owned_by": "lantau"} for n in names]
@@ -61,7 +51,8 @@ async def _dispatch(scope, receive, send) -> None:
     route = await routes.get(name)
     if route is None or route.team_id != identity.team_id:
         raise NotFound(f"deployment {name!r} not found")  # the same answer for another team's: no leak
-    await _forward(scope, send, route, path, body)
+    await enforce_rate_limit(caller)
+    await _forward(scope, send, route, path, body, caller)
 
 
 def _model_from_body(body: bytes) -> str:
@@ -75,7 +66,7 @@ def _model_from_body(body: bytes) -> str:
     return model
 
 
-async def _forward(scope, send, route: Route, path: str, body: bytes) -> None:
+async def _forward(scope, send, route: Route, path: str, body: bytes, caller: Caller) -> None:
     if route.paused:
         raise Unavailable(f"deployment {route.name!r} is paused", headers={"Retry-After": "5"})
     tried: set[int] = set()
@@ -84,38 +75,23 @@ async def _forward(scope, send, route: Route, path: str, body: bytes) -> None:
         if endpoint is None:
             break
         tried.add(endpoint.replica_id)
-        if await _try_endpoint(scope, send, endpoint, path, body):
+        if await _try_endpoint(scope, send, endpoint, path, body, caller):
             return
     raise Unavailable(f"deployment {route.name!r} has no ready replica", headers={"Retry-After": "2"})
 
 
-async def _try_endpoint(scope, send, endpoint: Endpoint, path: str, body: bytes) -> bool:
+async def _try_endpoint(scope, send, endpoint: Endpoint, path: str, body: bytes, caller: Caller) -> bool:
     """Send to one replica. False if it could not be reached (nothing was sent to the client yet)."""
     query = scope.get("query_string", b"").decode("latin-1")
     url = endpoint.url + path + (f"?{query}" if query else "")
-    headers = {"content-type": header(scope, b"content-type") or "application/octet-stream",
-               "x-lantau-runner-token": endpoint.token}
+    headers = {"Content-Type": header(scope, b"content-type") or "application/octet-stream",
+               "X-Lantau-Runner-Token": endpoint.token,
+               "X-Lantau-Key-Id": str(caller.identity.key_id)}  # the runner counts usage per key
     routes.inflight[endpoint.replica_id] += 1
     try:
-        request = client().build_request("POST", url, content=body, headers=headers)
-        try:
-            response = await client().send(request, stream=True)
-        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.ConnectTimeout):
-            routes.mark_suspect(endpoint)
-            return False
-        try:
-            raw = [(k, v) for k, v in response.headers.raw if k.lower() in _PASS_HEADERS]
-            await send({"type": "http.response.start", "status": response.status_code, "headers": raw})
-            try:
-                async for chunk in response.aiter_raw():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except httpx.HTTPError:
-                # The replica died mid-answer: headers are gone already, so end the body (the client sees
-                # a truncated response) and keep the replica out of rotation for a while.
-                routes.mark_suspect(endpoint)
-            await send({"type": "http.response.body", "body": b""})
-        finally:
-            await response.aclose()
-        return True
+        outcome = await upstream.forward(send, url, body, headers)
     finally:
         routes.inflight[endpoint.replica_id] -= 1
+    if outcome != "ok":  # unreachable, or died mid-answer: keep it out of rotation for a while
+        routes.mark_suspect(endpoint)
+    return outcome != "unreachable"

@@ -18,9 +18,10 @@ from aiohttp import web
 
 from .app import STATE, State, create_app
 from .batcher import Batcher
-from .config import Manifest, RunnerConfig, load_manifest, parse_args
+from .config import TEXT_GENERATION, Manifest, RunnerConfig, load_manifest, parse_args
 from .engine import Engine
 from .errors import ConfigError
+from .generation.pipeline import load_text_generation
 from .metrics import Metrics
 from .pipelines import build_pipeline
 
@@ -41,7 +42,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
 def load_model(state: State) -> Batcher:
     """Blocking: build the session and pipeline, warm up at batch 1 and max batch; return a batcher."""
     config, manifest = state.config, state.manifest
-    engine = Engine(manifest.model_path, config.threads)
+    if manifest.task == TEXT_GENERATION:
+        return load_text_generation(state)  # type: ignore[return-value]  # a scheduler with the batcher lifecycle
+    engine = Engine(manifest.model_path, config.threads, config.spinning)
     pipeline = build_pipeline(manifest, engine)
     max_batch = min(config.max_batch_size, pipeline.fixed_batch or config.max_batch_size)
     pipeline.warmup(max_batch)
@@ -52,6 +55,7 @@ def load_model(state: State) -> Batcher:
         max_delay_s=config.max_queue_delay_ms / 1000.0,
         max_queue=config.max_queue,
         metrics=state.metrics,
+        max_wait_s=config.max_queue_wait_ms / 1000.0,
     )
 
 
@@ -77,6 +81,7 @@ async def serve(config: RunnerConfig, manifest: Manifest) -> int:
         await runner.cleanup()
         return 1
     await web.SockSite(runner, sock).start()
+    state.edge.listening_on(sock.getsockname()[1])
     print(f"LANTAU_RUNNER_LISTENING port={sock.getsockname()[1]}", flush=True)
 
     stop = asyncio.Event()

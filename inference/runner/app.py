@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hmac
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -16,16 +14,20 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
+from .access import TOKEN_HEADER, Caller
 from .batcher import Batcher, BatchResult
-from .config import FEATURE_EXTRACTION, Manifest, RunnerConfig
-from .errors import InvalidInput, NotFound, NotReady, PayloadTooLarge, RunnerError, Unauthorized
+from .config import FEATURE_EXTRACTION, Manifest, RunnerConfig, preprocess_pool_size
+from .edge import Edge
+from .errors import InvalidInput, NotFound, NotReady, PayloadTooLarge, RunnerError
+from .generation import routes as generation_routes
 from .metrics import Metrics
 from .postprocess import top_k
 from .protocol import parse_texts, parse_top_k, read_image_request, read_json
+from .usage import USAGE, record_usage
 
 log = logging.getLogger("lantau.runner.app")
 
-TOKEN_HEADER = "X-Lantau-Runner-Token"
+__all__ = ["STATE", "TOKEN_HEADER", "State", "create_app"]
 PUBLIC_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
 HTTP_ERROR_TYPES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -33,8 +35,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 if hasattr(web, "RequestKey"):
     START: Any = web.RequestKey("lantau_start", float)
     TIMING: Any = web.RequestKey("lantau_timing", list)
+    CALLER: Any = web.RequestKey("lantau_caller", Caller)
 else:  # pragma: no cover
-    START, TIMING = "lantau_start", "lantau_timing"
+    START, TIMING, CALLER = "lantau_start", "lantau_timing", "lantau_caller"
 
 
 @dataclass
@@ -44,14 +47,16 @@ class State:
     config: RunnerConfig
     manifest: Manifest
     metrics: Metrics
-    preprocess_pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(
-            max(2, min(8, (os.cpu_count() or 2) // 2)), thread_name_prefix="lantau-preprocess"
-        )
-    )
+    edge: Edge
+    preprocess_pool: ThreadPoolExecutor = field(init=False)
     pipeline: Any = None
     batcher: Batcher | None = None
     draining: bool = False
+
+    def __post_init__(self) -> None:
+        self.preprocess_pool = ThreadPoolExecutor(
+            preprocess_pool_size(self.config.preprocess_threads), thread_name_prefix="lantau-preprocess"
+        )
 
     @property
     def ready(self) -> bool:
@@ -63,13 +68,20 @@ class State:
         assert self.batcher is not None
         return self.pipeline, self.batcher
 
-    async def preprocess(self, func: Callable[[Any], Any], value: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.preprocess_pool, func, value)
+    async def preprocess(self, func: Callable[[Any], Any], value: Any, count: int = 1) -> Any:
+        """Run ``func(value)`` in the pre-processing pool; the batcher knows ``count`` items are coming."""
+        _, batcher = self.serving()
+        started = time.perf_counter()
+        with batcher.incoming(count):
+            result = await asyncio.get_running_loop().run_in_executor(self.preprocess_pool, func, value)
+        self.metrics.observe_preprocess(time.perf_counter() - started)
+        return result
 
     async def infer(self, request: web.Request, items: Sequence[Any]) -> list[BatchResult]:
         _, batcher = self.serving()
-        # gather() cancels the queued futures if the client goes away, so the batcher skips them.
-        results = list(await asyncio.gather(*batcher.submit(items)))
+        futures = batcher.submit(items)
+        # Cancelling the handler (client gone) cancels the queued futures, so the batcher skips them.
+        results = [await futures[0]] if len(futures) == 1 else list(await asyncio.gather(*futures))
         total = time.perf_counter() - request[START]
         self.metrics.observe_latency(
             max(r.queue_s for r in results), max(r.inference_s for r in results), total
@@ -99,23 +111,28 @@ def _timing(request: web.Request) -> dict[str, float]:
     }
 
 
-def _authorized(request: web.Request, token: str) -> bool:
-    sent = request.headers.get(TOKEN_HEADER, "")
-    return hmac.compare_digest(sent.encode("utf-8", "surrogateescape"), token.encode("utf-8"))
+def _count_usage(request: web.Request, state: State, response: web.StreamResponse) -> None:
+    caller = request.get(CALLER)
+    usage = state.edge.usage
+    if caller is not None and caller.key_id is not None and usage is not None and response.status < 400:
+        images, tokens = request.get(USAGE, (0, 0))
+        usage.add(caller.key_id, images, tokens)
 
 
 @web.middleware
 async def guard_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Check the runner token, map every failure to the error contract, count the request."""
+    """Check who calls, map every failure to the error contract, count the request and its usage."""
     request[START] = time.perf_counter()
     state = request.app[STATE]
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "unmatched"
+    error_type = None
     try:
-        if state.config.token and route not in PUBLIC_ROUTES and not _authorized(request, state.config.token):
-            raise Unauthorized(f"missing or wrong {TOKEN_HEADER} header")
+        if route not in PUBLIC_ROUTES:
+            request[CALLER] = await state.edge.access.check(request.headers)
         response = await handler(request)
     except RunnerError as exc:
+        error_type = exc.type
         response = error_response(exc.status, exc.type, exc.message, exc.headers)
         if isinstance(exc, PayloadTooLarge):
             response.force_close()  # do not drain an oversized upload just to keep the connection
@@ -127,8 +144,10 @@ async def guard_middleware(request: web.Request, handler: Handler) -> web.Stream
         raise
     except Exception:
         log.exception("internal error while serving %s %s", request.method, route)
-        response = error_response(500, "internal_error", "internal error; see the runner log")
-    state.metrics.observe_request(route, response.status)
+        error_type = "internal_error"
+        response = error_response(500, error_type, "internal error; see the runner log")
+    state.metrics.observe_request(route, response.status, error_type)
+    _count_usage(request, state, response)
     return response
 
 
@@ -171,6 +190,7 @@ async def predict(request: web.Request) -> web.Response:
     )
     array = await state.preprocess(pipeline.prepare, image)
     scores = (await state.infer(request, [array]))[0].value
+    record_usage(request, images=1)
     labels = pipeline.labels
     predictions = [{"label": labels[i], "index": i, "score": score} for i, score in top_k(scores, k)]
     return _answer(request, state, predictions=predictions)
@@ -188,9 +208,11 @@ async def _embed(
 ) -> tuple[list[np.ndarray], int]:
     pipeline, batcher = state.serving()
     texts = parse_texts(value, field_name, batcher.max_queue)
-    encoded = await state.preprocess(pipeline.prepare, texts)
+    encoded = await state.preprocess(pipeline.prepare, texts, len(texts))
     results = await state.infer(request, encoded)
-    return [r.value for r in results], sum(len(e) for e in encoded)
+    tokens = sum(len(e) for e in encoded)
+    record_usage(request, tokens=tokens)
+    return [r.value for r in results], tokens
 
 
 async def embeddings(request: web.Request) -> web.Response:
@@ -236,7 +258,8 @@ def _encode_vector(vector: np.ndarray, encoding: str) -> Any:
 
 def create_app(config: RunnerConfig, manifest: Manifest, metrics: Metrics) -> web.Application:
     app = web.Application(middlewares=[guard_middleware], client_max_size=config.max_body_bytes)
-    state = State(config, manifest, metrics)
+    state = State(config, manifest, metrics, Edge(config, manifest, metrics))
+    app.cleanup_ctx.append(state.edge.lifespan)
     metrics.ready = lambda: state.ready
     metrics.queue_depth = lambda: len(state.batcher) if state.batcher is not None else 0
     app[STATE] = state
@@ -245,4 +268,5 @@ def create_app(config: RunnerConfig, manifest: Manifest, metrics: Metrics) -> we
     app.router.add_get("/metrics", metrics_text)
     app.router.add_post("/v1/deployments/{name}/predict", predict)
     app.router.add_post("/v1/embeddings", embeddings)
+    generation_routes.register(app, STATE)  # /v1/chat/completions, /v1/completions
     return app

@@ -10,12 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .generation.spec import parse_generation
 
 MANIFEST_NAME = "lantau.json"
 TOKEN_ENV = "LANTAU_RUNNER_TOKEN"
+REDIS_ENV = "LANTAU_REDIS_URL"
+REPLICA_ENV = "LANTAU_REPLICA_ID"
 IMAGE_CLASSIFICATION = "image-classification"
 FEATURE_EXTRACTION = "feature-extraction"
-TASKS = (IMAGE_CLASSIFICATION, FEATURE_EXTRACTION)
+TEXT_GENERATION = "text-generation"
+TASKS = (IMAGE_CLASSIFICATION, FEATURE_EXTRACTION, TEXT_GENERATION)
 POOLINGS = ("mean", "cls")
 OUTPUTS = ("logits", "probabilities")
 
@@ -41,6 +45,8 @@ class Manifest:
     max_length: int = 256
     pooling: str = "mean"
     normalize: bool = True
+    generation: Any = None  # generation.spec.GenerationSpec for text-generation
+    team_id: int | None = None  # the owning team: API keys of other teams are refused
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,16 @@ class RunnerConfig:
     threads: int
     max_body_bytes: int
     token: str | None
+    max_queue_wait_ms: float = 2000.0
+    redis_url: str | None = None  # enables API keys, rate limits, usage counters and live metrics
+    replica: str = ""  # names this process in live metrics; host:port when empty
+    preprocess_threads: int = 0  # 0 = sized from the cores
+    spinning: bool = False  # let onnxruntime's threads busy-wait (lower latency on dedicated cores)
+
+
+def preprocess_pool_size(requested: int = 0) -> int:
+    """Threads for decoding: as asked, else half the cores (2 to 8); the rest is left to onnxruntime."""
+    return requested or max(2, min(8, (os.cpu_count() or 2) // 2))
 
 
 def _positive(kind: type, minimum: float) -> Any:
@@ -75,12 +91,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", default=0, type=_positive(int, 0), help="0 picks a free port")
     parser.add_argument("--max-batch-size", default=8, type=_positive(int, 1))
-    parser.add_argument("--max-queue-delay-ms", default=5.0, type=_positive(float, 0))
-    parser.add_argument("--max-queue", default=256, type=_positive(int, 1))
+    parser.add_argument(
+        "--max-queue-delay-ms",
+        default=5.0,
+        type=_positive(float, 0),
+        help="how long a forming batch may wait for requests still being decoded (never when idle)",
+    )
+    parser.add_argument("--max-queue", default=256, type=_positive(int, 1), help="queued items before 429")
     parser.add_argument(
         "--threads", default=0, type=_positive(int, 0), help="intra-op threads; 0 = all cores"
     )
     parser.add_argument("--max-body-bytes", default=10 * 1024 * 1024, type=_positive(int, 1))
+    parser.add_argument(
+        "--max-queue-wait-ms",
+        default=2000.0,
+        type=_positive(float, 1),
+        help="a request queued longer than this is dropped before inference and answered 503",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get(REDIS_ENV) or None,
+        help=f"Redis for API keys, rate limits, usage and live metrics (env {REDIS_ENV})",
+    )
+    parser.add_argument(
+        "--replica", default=os.environ.get(REPLICA_ENV, ""), help=f"replica name in metrics (env {REPLICA_ENV})"
+    )
+    parser.add_argument(
+        "--preprocess-threads", default=0, type=_positive(int, 0), help="0 = sized from the cores"
+    )
+    parser.add_argument(
+        "--spinning", action="store_true", help="let onnxruntime threads busy-wait (dedicated cores only)"
+    )
     return parser
 
 
@@ -99,6 +140,11 @@ def parse_args(argv: list[str] | None = None) -> RunnerConfig:
         threads=args.threads,
         max_body_bytes=args.max_body_bytes,
         token=os.environ.get(TOKEN_ENV) or None,
+        max_queue_wait_ms=args.max_queue_wait_ms,
+        redis_url=args.redis_url,
+        replica=args.replica,
+        preprocess_threads=args.preprocess_threads,
+        spinning=args.spinning,
     )
 
 
@@ -170,6 +216,7 @@ def load_manifest(model_dir: Path) -> Manifest:
         "model_version": _require(data, "model_version", str, deployment),
         "task": task,
         "model_path": _file_in(model_dir, _require(data, "model_file", str), "model_file"),
+        "team_id": _require(data, "team_id", int, None),
     }
     if task == IMAGE_CLASSIFICATION:
         labels = _require(data, "labels", list, [])
@@ -180,6 +227,9 @@ def load_manifest(model_dir: Path) -> Manifest:
             raise ConfigError(f"manifest: 'output' must be one of {', '.join(OUTPUTS)}")
         prep = _preprocessing(data.get("preprocessing"))
         return Manifest(**common, labels=tuple(labels), output=output, preprocessing=prep)
+    if task == TEXT_GENERATION:
+        tokenizer = _file_in(model_dir, _require(data, "tokenizer_file", str), "tokenizer_file")
+        return Manifest(**common, tokenizer_path=tokenizer, generation=parse_generation(data.get("generation")))
     max_length = _require(data, "max_length", int, 256)
     if max_length < 2:
         raise ConfigError("manifest: 'max_length' must be >= 2")

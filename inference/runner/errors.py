@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class RunnerError(Exception):
     """An error answered to the client as ``{"error": {"type", "message"}}``."""
@@ -25,6 +27,11 @@ class BadRequest(RunnerError):
 class Unauthorized(RunnerError):
     status = 401
     type = "unauthorized"
+
+
+class Forbidden(RunnerError):
+    status = 403
+    type = "forbidden"
 
 
 class NotFound(RunnerError):
@@ -54,6 +61,38 @@ class QueueFull(RunnerError):
     type = "queue_full"
 
     def __init__(self, message: str = "the inference queue is full; retry shortly") -> None:
+        super().__init__(message, headers={"Retry-After": "1"})
+
+
+class RateLimited(RunnerError):
+    status = 429
+    type = "rate_limited"
+
+    def __init__(self, retry_after_s: float) -> None:
+        seconds = max(1, math.ceil(retry_after_s))
+        super().__init__(
+            f"this API key is over its rate limit; retry in {seconds} s", headers={"Retry-After": str(seconds)}
+        )
+
+
+class QueueTimeout(RunnerError):
+    """The request waited longer than ``--max-queue-wait-ms`` and was dropped before inference."""
+
+    status = 503
+    type = "queue_timeout"
+
+    def __init__(self, waited_ms: float) -> None:
+        super().__init__(
+            f"the request waited {waited_ms:.0f} ms in the queue and was dropped; retry shortly",
+            headers={"Retry-After": "1"},
+        )
+
+
+class Unavailable(RunnerError):
+    status = 503
+    type = "unavailable"
+
+    def __init__(self, message: str) -> None:
         super().__init__(message, headers={"Retry-After": "1"})
 
 

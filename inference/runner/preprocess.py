@@ -83,9 +83,13 @@ class ImagePreprocessor:
         return image.resize((self.width, self.height), Image.Resampling.BILINEAR, box=box)
 
     def to_array(self, image: Image.Image) -> np.ndarray:
-        pixels = np.asarray(image, dtype=np.float32)  # HWC, 0..255
-        pixels = pixels * self._scale + self._bias
-        return np.ascontiguousarray(pixels.transpose(2, 0, 1), dtype=self.dtype)
+        # Transpose the uint8 pixels (a view), then one multiply and one in-place add straight into the
+        # CHW float32 result: a quarter of the memory traffic of converting HWC floats and transposing.
+        chw = np.asarray(image).transpose(2, 0, 1)
+        out = np.empty(chw.shape, dtype=np.float32)
+        np.multiply(chw, self._scale[:, None, None], out=out)
+        out += self._bias[:, None, None]
+        return out if self.dtype == np.float32 else out.astype(self.dtype)
 
 
 @dataclass(frozen=True)

@@ -78,3 +78,20 @@ def test_efficientnet_static_int8_job_keeps_its_answers(stack, demo):
     assert agreement["parent_top1_in_child_top5"] >= 0.99
     assert child["precision"] == "int8" and child["size_bytes"] < parent["size_bytes"] / 2
     assert child["report"]["conversion"]["options"]["per_channel"] is True
+
+
+def test_tiny_chat_streams_through_the_gateway_with_the_openai_client(stack, demo):
+    from openai import OpenAI
+
+    with stack.client(stack.api_key("admin", "manage")) as api:
+        stack.wait_deployment(api, "tiny-chat", timeout=120)
+    client = OpenAI(base_url=stack.url + "/v1", api_key=demo, max_retries=0)
+    messages = [{"role": "user", "content": "Where is Lantau?"}]
+    whole = client.chat.completions.create(model="tiny-chat", messages=messages, temperature=0, max_tokens=24)
+    text = whole.choices[0].message.content
+    assert text and whole.usage.completion_tokens > 0
+    chunks = client.chat.completions.create(model="tiny-chat", messages=messages, temperature=0, max_tokens=24,
+                                            stream=True)
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == text  # greedy streaming equals the whole answer, through the gateway
+    assert [m.id for m in client.models.list().data] == ["efficientnet-lite0", "minilm-l6", "tiny-chat"]

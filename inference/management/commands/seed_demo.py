@@ -1,13 +1,14 @@
 """Register the demo models (exported from packages on PyPI) and deploy them. Idempotent."""
 
 import tempfile
+import warnings
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from accounts.selectors import membership_for
-from inference.demo import efficientnet, minilm
+from inference.demo import efficientnet, minilm, tiny_chat
 from inference.models import Deployment, RegisteredModel
 from inference.services.deployments import DeploymentSpec, deployment_create
 from inference.services.registry import UploadedModel, model_version_upload
@@ -34,13 +35,16 @@ class Command(BaseCommand):
         with tempfile.TemporaryDirectory() as tmp:
             self._image(team, account, Path(tmp))
             self._text(team, account, Path(tmp))
+            self._chat(team, account, Path(tmp))
 
     def _version(self, team, account, name, make_upload):
         model = RegisteredModel.objects.filter(team=team, name=name).first()
         if model and model.versions.exists():
             return model.versions.order_by("-number").first()
         self.stdout.write(f"Exporting demo model {name} to ONNX…")
-        version = model_version_upload(team=team, actor=account, upload=make_upload())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the exporters' tracer warnings say nothing useful to a user here
+            version = model_version_upload(team=team, actor=account, upload=make_upload())
         self.stdout.write(f"Registered {version} ({version.size_bytes / 1e6:.1f} MB)")
         return version
 
@@ -67,3 +71,14 @@ class Command(BaseCommand):
                                  description="all-MiniLM-L6-v2 sentence embeddings (demo)")
 
         self._deploy(team, account, "minilm-l6", self._version(team, account, "minilm-l6", upload))
+
+    def _chat(self, team, account, tmp: Path):
+        def upload():
+            self.stdout.write("Training the toy chat model (about a minute; it only knows a few dialogues)…")
+            onnx_path, tokenizer, generation = tiny_chat.build_and_export(tmp / "tiny-chat")
+            return UploadedModel(name="tiny-chat", task="text-generation", model_chunks=_chunks(onnx_path),
+                                 tokenizer_chunks=_chunks(tokenizer), generation=generation,
+                                 description="A toy chat model (0.4 M parameters) trained for seconds on a few "
+                                             "dialogues bundled with Lantau: it shows streaming, not intelligence.")
+
+        self._deploy(team, account, "tiny-chat", self._version(team, account, "tiny-chat", upload))

@@ -1,0 +1,1 @@
+"""Lantau's benchmark: ``make bench`` or ``python -m bench [--quick] [--scenarios raw,runner,...]``."""

@@ -1,0 +1,47 @@
+"""``python -m bench --quick`` runs every target end to end and prints one well-formed JSON line per
+scenario. Only the shape is checked: timings depend on the machine and never decide a test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+FIELDS = {"target", "model", "concurrency", "requests", "p50_ms", "p95_ms", "p99_ms", "throughput_rps",
+          "errors", "mean_batch_size"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def quick_lines(tmp_path_factory) -> list[dict]:
+    work = tmp_path_factory.mktemp("bench")
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--work-dir", str(work)],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def test_quick_bench_prints_a_complete_line_for_every_target_model_and_concurrency(quick_lines) -> None:
+    seen = {(line["target"], line["model"], line["concurrency"]) for line in quick_lines}
+    for target in ("raw", "runner", "plain", "gateway", "stack-runner"):
+        for model in ("fp32", "int8"):
+            for concurrency in (1, 8, 32):
+                assert (target, model, concurrency) in seen, (target, model, concurrency)
+    for line in quick_lines:
+        assert FIELDS <= set(line), line
+
+
+def test_quick_bench_lines_hold_numbers_and_no_failed_requests(quick_lines) -> None:
+    for line in quick_lines:
+        assert "skipped" not in line, line["skipped"]
+        assert line["errors"] == 0, line
+        assert line["requests"] > 0 and line["throughput_rps"] > 0
+        assert 0 < line["p50_ms"] <= line["p95_ms"] <= line["p99_ms"]
+        assert line["mean_batch_size"] >= 1
