@@ -25,11 +25,29 @@ def client() -> redis.Redis:
 
 
 def entry_for(api_key) -> dict:
-    return {"key_id": api_key.pk, "team_id": api_key.team_id, "scopes": list(api_key.scopes)}
+    entry = {"key_id": api_key.pk, "team_id": api_key.team_id, "scopes": list(api_key.scopes)}
+    if api_key.rate_per_s:
+        entry |= {"rate_per_s": api_key.rate_per_s, "burst": api_key.burst or max(1, int(api_key.rate_per_s))}
+    return entry
 
 
 def cache_put(key_hash: str, entry: dict) -> None:
-    client().set(cache_key(key_hash), json.dumps(entry), ex=settings.APIKEY_CACHE_TTL_S)
+    """Runners trust only this cache (they cannot reach the database), so entries live until revoked
+    unless LANTAU_APIKEY_CACHE_TTL_S is set; `api_keys_sync` rewrites them periodically anyway."""
+    ttl = settings.APIKEY_CACHE_TTL_S or None
+    client().set(cache_key(key_hash), json.dumps(entry), ex=ttl)
+
+
+def cache_sync(active: list, revoked_hashes: list[str]) -> int:
+    """Write every active key's entry and delete revoked ones in one pipeline (after a Redis restart, say)."""
+    pipe = client().pipeline(transaction=False)
+    ttl = settings.APIKEY_CACHE_TTL_S or None
+    for api_key in active:
+        pipe.set(cache_key(api_key.key_hash), json.dumps(entry_for(api_key)), ex=ttl)
+    for digest in revoked_hashes:
+        pipe.delete(cache_key(digest))
+    pipe.execute()
+    return len(active)
 
 
 def cache_drop(key_hash: str) -> None:

@@ -48,6 +48,9 @@ class ApiKey(models.Model):
     prefix = models.CharField(max_length=16, unique=True)
     key_hash = models.CharField(max_length=64, unique=True)
     scopes = models.JSONField(default=list)
+    # Token bucket enforced by the gateway and the runners (requests per second, bucket size); null = none.
+    rate_per_s = models.FloatField(null=True, blank=True)
+    burst = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

@@ -6,6 +6,8 @@ from ninja import Schema
 class ApiKeyIn(Schema):
     name: str
     scopes: list[str] = ["inference"]
+    rate_per_s: float | None = None  # requests per second (token bucket), none = unlimited
+    burst: int | None = None
 
 
 class ApiKeyOut(Schema):
@@ -13,6 +15,8 @@ class ApiKeyOut(Schema):
     name: str
     prefix: str
     scopes: list[str]
+    rate_per_s: float | None
+    burst: int | None
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None

@@ -47,15 +47,20 @@ def identity_from_entry(raw: bytes | str) -> KeyIdentity:
     return KeyIdentity(key_id=entry["key_id"], team_id=entry["team_id"], scopes=tuple(entry["scopes"]))
 
 
-def api_key_lookup_db(digest: str) -> KeyIdentity | None:
-    """Find an active key by hash in the database and refresh its cache entry and last use."""
+def api_key_entry_db(digest: str) -> str | None:
+    """An active key's cache entry (JSON) from the database, written back to the cache; None if unknown."""
     api_key = ApiKey.objects.filter(key_hash=digest, revoked_at__isnull=True).first()
     if api_key is None:
         return None
     ApiKey.objects.filter(pk=api_key.pk).update(last_used_at=timezone.now())
     entry = keycache.entry_for(api_key)
     keycache.cache_put(digest, entry)
-    return identity_from_entry(json.dumps(entry))
+    return json.dumps(entry)
+
+
+def api_key_lookup_db(digest: str) -> KeyIdentity | None:
+    raw = api_key_entry_db(digest)
+    return identity_from_entry(raw) if raw is not None else None
 
 
 def api_key_authenticate(clear_key: str) -> KeyIdentity | None:

@@ -52,8 +52,22 @@ def member_add(*, team: Team, user, role: str, actor) -> Membership:
     return membership
 
 
-def api_key_create(*, team: Team, actor, name: str, scopes: list[str] | None = None) -> tuple[ApiKey, str]:
-    """Create a key and return it with its clear text, which is never stored and shown only now."""
+def _check_rate(rate_per_s: float | None, burst: int | None) -> None:
+    if rate_per_s is not None and not 0 < rate_per_s <= 100_000:
+        raise ValidationFailed("rate_per_s must be above 0 and at most 100000 requests per second")
+    if burst is not None and not 1 <= burst <= 100_000:
+        raise ValidationFailed("burst must be between 1 and 100000")
+    if burst is not None and rate_per_s is None:
+        raise ValidationFailed("burst needs rate_per_s")
+
+
+def api_key_create(*, team: Team, actor, name: str, scopes: list[str] | None = None,
+                   rate_per_s: float | None = None, burst: int | None = None) -> tuple[ApiKey, str]:
+    """Create a key and return it with its clear text, which is never stored and shown only now.
+
+    Its cache entry is written at once, so runners called directly accept it from the first request.
+    """
+    _check_rate(rate_per_s, burst)
     name = (name or "").strip()
     if not name or len(name) > 100:
         raise ValidationFailed("key name must be 1 to 100 characters")
@@ -65,10 +79,20 @@ def api_key_create(*, team: Team, actor, name: str, scopes: list[str] | None = N
     clear, prefix, digest = key_generate()
     with transaction.atomic():
         api_key = ApiKey.objects.create(
-            team=team, created_by=actor, name=name, prefix=prefix, key_hash=digest, scopes=scopes
+            team=team, created_by=actor, name=name, prefix=prefix, key_hash=digest, scopes=scopes,
+            rate_per_s=rate_per_s, burst=burst,
         )
-        audit_record(team=team, actor=actor, action="api_key.create", target=prefix, data={"scopes": scopes})
+        audit_record(team=team, actor=actor, action="api_key.create", target=prefix,
+                     data={"scopes": scopes, "rate_per_s": rate_per_s, "burst": burst})
+        transaction.on_commit(lambda: keycache.cache_put(digest, keycache.entry_for(api_key)))
     return api_key, clear
+
+
+def api_keys_sync() -> int:
+    """Rewrite the Redis entries of all active keys and drop revoked ones (safety net for a flushed Redis)."""
+    active = list(ApiKey.objects.filter(revoked_at__isnull=True))
+    revoked = list(ApiKey.objects.filter(revoked_at__isnull=False).values_list("key_hash", flat=True))
+    return keycache.cache_sync(active, revoked)
 
 
 def api_key_revoke(*, team: Team, actor, key_id: int) -> ApiKey:

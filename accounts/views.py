@@ -10,6 +10,16 @@ from accounts.models import ApiKeyScope
 from console.errors import ApplicationError
 
 
+def _number(raw: str | None, kind):
+    """An optional number from a form field; a malformed one is refused rather than ignored."""
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ApplicationError(f"{raw!r} is not a number") from None
+
+
 def _membership_or_404(request):
     from django.http import Http404
 
@@ -27,7 +37,9 @@ def key_list(request):
         scopes = request.POST.getlist("scopes") or [ApiKeyScope.INFERENCE]
         try:
             _, new_key = services.api_key_create(team=membership.team, actor=request.user,
-                                                 name=request.POST.get("name", ""), scopes=scopes)
+                                                 name=request.POST.get("name", ""), scopes=scopes,
+                                                 rate_per_s=_number(request.POST.get("rate_per_s"), float),
+                                                 burst=_number(request.POST.get("burst"), int))
         except ApplicationError as exc:
             messages.error(request, exc.message)
     keys = selectors.api_keys_for_team(team=membership.team)

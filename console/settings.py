@@ -46,7 +46,7 @@ try:
     MAX_PREDICT_BYTES = env_int("LANTAU_MAX_PREDICT_BYTES", 10 * 1024**2, minimum=1024)
     NODE_OFFLINE_AFTER_S = env_int("LANTAU_NODE_OFFLINE_AFTER_S", 30, minimum=2)
     GATEWAY_TIMEOUT_S = env_int("LANTAU_GATEWAY_TIMEOUT_S", 60, minimum=1)
-    APIKEY_CACHE_TTL_S = env_int("LANTAU_APIKEY_CACHE_TTL_S", 300, minimum=1)
+    APIKEY_CACHE_TTL_S = env_int("LANTAU_APIKEY_CACHE_TTL_S", 0, minimum=0)  # 0: until revoked
     JOB_HEARTBEAT_STALE_S = env_int("LANTAU_JOB_HEARTBEAT_STALE_S", 45, minimum=5)
     WORKER_CONCURRENCY = env_int("LANTAU_WORKER_CONCURRENCY", 2, minimum=1, maximum=64)
 except ConfigError as exc:
@@ -151,6 +151,7 @@ CELERY_BEAT_SCHEDULE = {
     "node-sweep": {"task": "inference.tasks.nodes_sweep", "schedule": 10.0},
     "deployments-reconcile": {"task": "inference.tasks.deployments_reconcile_all", "schedule": 15.0},
     "jobs-reap": {"task": "inference.tasks.jobs_reap", "schedule": 10.0},
+    "api-keys-sync": {"task": "accounts.tasks.api_keys_sync", "schedule": 60.0},
 }
 
 LOGGING = {

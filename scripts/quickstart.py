@@ -212,6 +212,8 @@ def start_children(env: dict[str, str], port: int, token: str, data_dir: Path) -
             "local",
             "--data-dir",
             str(data_dir / "node"),
+            "--redis-url",
+            env["REDIS_URL"],
         ],
     }
     say(f"starting console, worker and node (logs in {log_dir})")

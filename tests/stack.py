@@ -79,6 +79,7 @@ class Stack:
         token = self.manage("create_node_token", "--name", name, "--region", region).strip().splitlines()[-1]
         self.spawn(f"node-{name}", [sys.executable, "manage.py", "node", "--console", self.url, "--token", token,
                                     "--region", region, "--name", name, "--interval", "0.5", "--threads", "1",
+                                    "--redis-url", self.env["REDIS_URL"],
                                     "--data-dir", str(self.workdir / f"node-{name}")])
 
     def spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:

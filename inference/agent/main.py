@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import time
@@ -68,7 +69,8 @@ class Agent:
                 continue
             log.info("starting runner for replica %s (%s)", rid, spec["deployment"])
             self.runners[rid] = supervisor.start(spec, model_dir, bind_host=self.args.bind_host,
-                                                 advertise_host=self.args.advertise_host, threads=self.args.threads)
+                                                 advertise_host=self.args.advertise_host, threads=self.args.threads,
+                                                 redis_url=self.args.redis_url)
 
     def run(self) -> int:
         log.info("node agent for %s (region %s) talking to %s", self.args.name, self.args.region, self.console)
@@ -101,6 +103,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--advertise-host", default="127.0.0.1", help="address the console's gateway uses")
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads per runner (0 = all cores)")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between heartbeats")
+    parser.add_argument("--redis-url", default=os.environ.get("LANTAU_REDIS_URL") or None,
+                        help="Redis the runners use for API keys, rate limits, usage and live metrics "
+                             "(env LANTAU_REDIS_URL); without it runners accept only the gateway")
     return parser.parse_args(argv)
 
 

@@ -47,12 +47,16 @@ def _pump(proc: RunnerProcess, stream, sink) -> None:
         sink.flush()
 
 
-def start(desired: dict, model_dir: Path, *, bind_host: str, advertise_host: str, threads: int) -> RunnerProcess:
+def start(desired: dict, model_dir: Path, *, bind_host: str, advertise_host: str, threads: int,
+          redis_url: str | None = None) -> RunnerProcess:
     batching = desired["batching"]
     cmd = [sys.executable, "-m", "inference.runner", "--model-dir", str(model_dir), "--host", bind_host,
            "--port", "0", "--max-batch-size", str(batching["max_batch_size"]),
            "--max-queue-delay-ms", str(batching["max_queue_delay_ms"]), "--threads", str(threads)]
-    env = {**os.environ, "LANTAU_RUNNER_TOKEN": desired["runner_token"], "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "LANTAU_RUNNER_TOKEN": desired["runner_token"], "PYTHONUNBUFFERED": "1",
+           "LANTAU_REPLICA_ID": str(desired["id"])}
+    if redis_url:  # API keys at the runner, rate limits, usage counters and live metrics
+        env["LANTAU_REDIS_URL"] = redis_url
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                start_new_session=True)
     proc = RunnerProcess(replica_id=desired["id"], process=process, advertise_host=advertise_host)

@@ -15,7 +15,7 @@ from redis import asyncio as aioredis
 
 from accounts import keycache
 from accounts.keys import bearer_token, key_hash, key_is_well_formed
-from accounts.selectors import KeyIdentity, api_key_lookup_db, identity_from_entry
+from accounts.selectors import KeyIdentity, api_key_entry_db, identity_from_entry
 from console.errors import ApplicationError, Forbidden, Unauthorized
 from inference.runner.keys import parse_entry
 from inference.runner.ratelimit import RateLimiter
@@ -58,13 +58,11 @@ async def authenticate(authorization: str | None) -> Caller:
     digest = key_hash(token)
     raw = await _client().get(keycache.cache_key(digest))
     if raw is None:
-        identity = await sync_to_async(api_key_lookup_db)(digest)
-        caller = Caller(identity) if identity is not None else None
-    else:
-        limits = parse_entry(raw)
-        caller = Caller(identity_from_entry(raw), limits and limits.rate_per_s, limits and limits.burst)
-    if caller is None:
+        raw = await sync_to_async(api_key_entry_db)(digest)
+    if raw is None:
         raise Unauthorized("invalid or revoked API key")
+    limits = parse_entry(raw)
+    caller = Caller(identity_from_entry(raw), limits and limits.rate_per_s, limits and limits.burst)
     if "inference" not in caller.identity.scopes:
         raise Forbidden("this API key has no `inference` scope")
     return caller

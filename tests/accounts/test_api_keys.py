@@ -84,3 +84,32 @@ def test_key_pages_create_show_once_and_revoke(owner_client, team):
     owner_client.post(f"/accounts/keys/{key.pk}/revoke")
     key.refresh_from_db()
     assert key.revoked_at is not None
+
+
+def test_new_keys_are_cached_at_once_with_their_rate_limit_and_sync_repairs_the_cache(owner_client, team):
+    import json
+
+    from accounts import keycache
+    from accounts.services import api_keys_sync
+
+    r = owner_client.post("/api/v1/keys", {"name": "limited", "rate_per_s": 5, "burst": 10},
+                          content_type="application/json")
+    # on_commit callbacks do not fire inside the test transaction: run the sync that the worker runs every minute
+    stored = ApiKey.objects.get(team=team)
+    assert r.json()["rate_per_s"] == 5 and stored.burst == 10
+    keycache.cache_drop(stored.key_hash)
+    assert api_keys_sync() >= 1
+    entry = json.loads(keycache.client().get(keycache.cache_key(stored.key_hash)))
+    assert entry == {"key_id": stored.pk, "team_id": team.pk, "scopes": ["inference"], "rate_per_s": 5.0, "burst": 10}
+    assert keycache.client().ttl(keycache.cache_key(stored.key_hash)) == -1  # lives until revoked
+    owner_client.delete(f"/api/v1/keys/{stored.pk}")
+    assert keycache.client().get(keycache.cache_key(stored.key_hash)) is None
+    api_keys_sync()
+    assert keycache.client().get(keycache.cache_key(stored.key_hash)) is None
+
+
+@pytest.mark.parametrize("fields, message", [({"rate_per_s": 0}, "rate_per_s"), ({"burst": 5}, "burst needs"),
+                                             ({"rate_per_s": 1, "burst": 0}, "burst")])
+def test_bad_rate_limits_are_422(owner_client, fields, message):
+    r = owner_client.post("/api/v1/keys", {"name": "k", **fields}, content_type="application/json")
+    assert r.status_code == 422 and message in r.json()["error"]["message"]

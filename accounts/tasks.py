@@ -1,0 +1,11 @@
+"""Celery tasks for accounts: thin wrappers around services."""
+
+from celery import shared_task
+
+
+@shared_task(name="accounts.tasks.api_keys_sync")
+def api_keys_sync_task() -> int:
+    """Keep the API-key cache that runners trust in step with the database (every minute)."""
+    from accounts.services import api_keys_sync
+
+    return api_keys_sync()
