@@ -41,3 +41,56 @@ class JobUpdatesConsumer(TeamGroupConsumer):
 
     async def job_update(self, event):
         await self.send_json(event["payload"])
+
+
+class DeploymentMetricsConsumer(AsyncJsonWebsocketConsumer):
+    """Forwards the runners' per-second summaries (Redis pub/sub `lantau:metrics:<deployment>`) to one page.
+
+    Only members of the deployment's team may subscribe; the runners publish whether or not anyone listens.
+    """
+
+    async def connect(self):
+        import asyncio
+
+        from django.conf import settings
+        from redis import asyncio as aioredis
+
+        name = self.scope["url_route"]["kwargs"]["name"]
+        if not await database_sync_to_async(_may_watch)(self.scope.get("user"), name):
+            await self.close(code=4404)
+            return
+        await self.accept()
+        self.redis = aioredis.Redis.from_url(settings.REDIS_URL)
+        self.pubsub = self.redis.pubsub()
+        await self.pubsub.subscribe(f"lantau:metrics:{name}")
+        for raw in await _latest(self.redis, name):  # the last second of each replica, for an instant first point
+            await self.send(text_data=raw.decode())
+        self.pump = asyncio.create_task(self._pump())
+
+    async def _pump(self):
+        async for message in self.pubsub.listen():
+            if message["type"] == "message":
+                await self.send(text_data=message["data"].decode())
+
+    async def disconnect(self, code):
+        if hasattr(self, "pump"):
+            self.pump.cancel()
+        if hasattr(self, "pubsub"):
+            await self.pubsub.aclose()
+            await self.redis.aclose()
+
+    async def receive_json(self, content, **kwargs):
+        pass
+
+
+def _may_watch(user, name: str) -> bool:
+    from inference.models import Deployment
+
+    membership = membership_for(user=user)
+    return membership is not None and Deployment.objects.filter(team=membership.team, name=name).exists()
+
+
+async def _latest(redis, name: str) -> list[bytes]:
+    keys = [key async for key in redis.scan_iter(match=f"lantau:metrics:last:{name}:*", count=100)]
+    values = await redis.mget(keys) if keys else []
+    return [v for v in values if v]

@@ -2,9 +2,10 @@
 
 from django.urls import path
 
-from console.consumers import DeploymentStatusConsumer, JobUpdatesConsumer
+from console.consumers import DeploymentMetricsConsumer, DeploymentStatusConsumer, JobUpdatesConsumer
 
 websocket_urlpatterns = [
     path("ws/deployments/", DeploymentStatusConsumer.as_asgi()),
     path("ws/jobs/", JobUpdatesConsumer.as_asgi()),
+    path("ws/deployments/<slug:name>/metrics/", DeploymentMetricsConsumer.as_asgi()),
 ]

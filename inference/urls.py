@@ -11,5 +11,6 @@ urlpatterns = [
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/action", views.job_action, name="job-action"),
     path("deployments/", views.deployment_list, name="deployment-list"),
+    path("deployments/<slug:name>/", views.deployment_detail, name="deployment-detail"),
     path("deployments/<slug:name>/action", views.deployment_action, name="deployment-action"),
 ]

@@ -146,6 +146,19 @@ def deployment_list(request):
 
 
 @login_required
+def deployment_detail(request, name: str):
+    """Replicas and live charts (latency percentiles, throughput, batch size, queue) pushed every second."""
+    membership = _membership(request)
+    try:
+        deployment = selectors.deployment_get(team=membership.team, name=name)
+    except ApplicationError:
+        raise Http404("deployment not found") from None
+    context = {"d": deployment, "status": selectors.deployment_status(deployment), "can_write": membership.can_write,
+               "versions": selectors.versions_for_team(team=membership.team).filter(model=deployment.model_version.model)}
+    return render(request, "inference/deployment_detail.html", context)
+
+
+@login_required
 @require_POST
 def deployment_action(request, name: str):
     membership = _membership(request)
@@ -160,9 +173,14 @@ def deployment_action(request, name: str):
         elif action == "scale":
             deployment_update(team=membership.team, actor=request.user, deployment=deployment,
                               replicas=_int(request.POST.get("replicas"), -1))
+        elif action == "version":
+            deployment_update(team=membership.team, actor=request.user, deployment=deployment,
+                              model_version_id=_int(request.POST.get("model_version_id"), 0))
         else:
             raise ApplicationError("unknown action")
         messages.success(request, f"{name}: {action} done.")
     except ApplicationError as exc:
         messages.error(request, exc.message)
+    if request.POST.get("next") == "detail" and request.POST.get("action") != "delete":
+        return redirect("inference:deployment-detail", name=name)
     return redirect("inference:deployment-list")

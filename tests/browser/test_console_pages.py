@@ -114,3 +114,28 @@ def test_quantization_job_progress_is_live_and_the_tradeoff_is_plotted(page, sta
     page.wait_for_selector("#tradeoff .scatterlayer .point", state="attached", timeout=30000)
     assert page.locator("#tradeoff .scatterlayer .point").count() == 2  # the parent and its INT8 child
     page.screenshot(path=str(stack.workdir / "model.png"), full_page=True)
+
+
+def test_deployment_page_draws_live_latency_and_throughput(page, stack, bea, tmp_path):
+    import time
+
+    manage = stack.api_key("bea", "manage")
+    infer = stack.api_key("bea", "inference")
+    with stack.client(manage) as api:
+        v = api.post("/api/v1/models", files={"file": ("m.onnx", colour_classifier(tmp_path / "m.onnx").read_bytes())},
+                     data={"name": "live-colours", "task": "image-classification", "labels": "\n".join(COLOURS)}).json()
+        api.post("/api/v1/deployments", json={"name": "live-colours", "model_version_id": v["id"]})
+        stack.wait_deployment(api, "live-colours")
+    sign_in(page, stack, bea)
+    page.goto(stack.url + "/deployments/live-colours/")
+    assert page.locator(".pill.ready").count() >= 1
+    with stack.client(infer) as c:
+        for _ in range(30):  # about three seconds of traffic: several per-second summaries
+            c.post("/v1/deployments/live-colours/predict", content=image_bytes(), headers={"Content-Type": "image/jpeg"})
+            time.sleep(0.1)
+    page.wait_for_selector("#live-state:has-text('Live:')", timeout=20000)
+    page.wait_for_selector("#chart-latency .scatterlayer .trace", state="attached", timeout=20000)
+    names = page.locator("#chart-latency .legendtext").all_text_contents()  # SVG text has no innerText
+    assert any(n.startswith("p50") for n in names) and any(n.startswith("p99") for n in names)
+    assert page.locator("#chart-throughput .scatterlayer .trace").count() >= 1
+    page.screenshot(path=str(stack.workdir / "deployment.png"), full_page=True)

@@ -116,3 +116,12 @@ def test_version_update_refuses_non_onnx_and_other_teams_versions(owner_client, 
     create(owner_client, colour_version)
     r = owner_client.patch("/api/v1/deployments/colours", {"model_version_id": 999999}, content_type="application/json")
     assert r.status_code == 404
+
+
+def test_deployment_page_is_for_the_team_only(owner_client, colour_version, outsider):
+    create(owner_client, colour_version)
+    page = owner_client.get("/deployments/colours/")
+    assert page.status_code == 200 and b"chart-latency" in page.content
+    other = Client()
+    other.force_login(outsider)
+    assert other.get("/deployments/colours/").status_code == 404
