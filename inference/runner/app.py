@@ -16,7 +16,7 @@ from aiohttp import web
 
 from .access import TOKEN_HEADER, Caller
 from .batcher import Batcher, BatchResult
-from .config import FEATURE_EXTRACTION, Manifest, RunnerConfig, preprocess_pool_size
+from .config import FEATURE_EXTRACTION, TEXT_CLASSIFICATION, Manifest, RunnerConfig, preprocess_pool_size
 from .edge import Edge
 from .errors import InvalidInput, NotFound, NotReady, PayloadTooLarge, RunnerError
 from .generation import routes as generation_routes
@@ -184,6 +184,8 @@ async def predict(request: web.Request) -> web.Response:
             raise InvalidInput("JSON body needs an 'inputs' field (a string or a list of strings)")
         vectors, _ = await _embed(request, state, data["inputs"], "inputs")
         return _answer(request, state, embeddings=[v.tolist() for v in vectors])
+    if state.manifest.task == TEXT_CLASSIFICATION:
+        return await _classify_texts(request, state, pipeline)
     image, requested_k = await read_image_request(request, state.config.max_body_bytes)
     k = parse_top_k(
         requested_k if requested_k is not None else request.query.get("top_k"), len(pipeline.labels)
@@ -194,6 +196,18 @@ async def predict(request: web.Request) -> web.Response:
     labels = pipeline.labels
     predictions = [{"label": labels[i], "index": i, "score": score} for i, score in top_k(scores, k)]
     return _answer(request, state, predictions=predictions)
+
+
+async def _classify_texts(request: web.Request, state: State, pipeline: Any) -> web.Response:
+    """JSON ``{"inputs": "text" | ["text", ...], "top_k": 5}`` -> ``predictions``: one ranked list per input."""
+    data = await read_json(request, state.config.max_body_bytes)
+    if "inputs" not in data:
+        raise InvalidInput("JSON body needs an 'inputs' field (a string or a list of strings)")
+    k = parse_top_k(data.get("top_k", request.query.get("top_k")), len(pipeline.labels))
+    scores, _ = await _embed(request, state, data["inputs"], "inputs")
+    labels = pipeline.labels
+    ranked = [[{"label": labels[i], "index": i, "score": s} for i, s in top_k(row, k)] for row in scores]
+    return _answer(request, state, predictions=ranked)
 
 
 def _answer(request: web.Request, state: State, **payload: Any) -> web.Response:

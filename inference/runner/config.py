@@ -18,8 +18,9 @@ REDIS_ENV = "LANTAU_REDIS_URL"
 REPLICA_ENV = "LANTAU_REPLICA_ID"
 IMAGE_CLASSIFICATION = "image-classification"
 FEATURE_EXTRACTION = "feature-extraction"
+TEXT_CLASSIFICATION = "text-classification"
 TEXT_GENERATION = "text-generation"
-TASKS = (IMAGE_CLASSIFICATION, FEATURE_EXTRACTION, TEXT_GENERATION)
+TASKS = (IMAGE_CLASSIFICATION, FEATURE_EXTRACTION, TEXT_CLASSIFICATION, TEXT_GENERATION)
 POOLINGS = ("mean", "cls")
 OUTPUTS = ("logits", "probabilities")
 
@@ -236,8 +237,12 @@ def load_manifest(model_dir: Path) -> Manifest:
     pooling = _require(data, "pooling", str, "mean")
     if pooling not in POOLINGS:
         raise ConfigError(f"manifest: 'pooling' must be one of {', '.join(POOLINGS)}")
+    labels = _require(data, "labels", list, []) if task == TEXT_CLASSIFICATION else []
+    if not all(isinstance(label, str) for label in labels):
+        raise ConfigError("manifest: 'labels' must be a list of strings")
     return Manifest(
         **common,
+        labels=tuple(labels),
         tokenizer_path=_file_in(model_dir, _require(data, "tokenizer_file", str), "tokenizer_file"),
         max_length=max_length,
         pooling=pooling,

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import FEATURE_EXTRACTION, Manifest
+from .config import FEATURE_EXTRACTION, TEXT_CLASSIFICATION, Manifest
 from .engine import Engine
 from .errors import ConfigError
 from .postprocess import cls_pool, l2_normalize, mean_pool, softmax
@@ -83,8 +83,9 @@ class FeatureExtraction:
         self.fixed_batch = _fixed_batch(engine)
         self.dimensions = 0
 
-    def run_batch(self, items: list[Encoded]) -> list[np.ndarray]:
-        longest = max(len(item) for item in items)  # pad the batch to its own longest input
+    def forward(self, items: list[Encoded]) -> tuple[np.ndarray, np.ndarray]:
+        """Pad the batch to its own longest input, run the graph; return (first output, attention mask)."""
+        longest = max(len(item) for item in items)
         ids = np.full((len(items), longest), self.prepare.pad_id, dtype=np.int64)
         types = np.zeros((len(items), longest), dtype=np.int64)
         mask = np.zeros((len(items), longest), dtype=np.int64)
@@ -93,9 +94,11 @@ class FeatureExtraction:
             types[row, : len(item)] = item.type_ids
             mask[row, : len(item)] = 1
         arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        output = self.engine.run(
-            {name: arrays[name].astype(dtype, copy=False) for name, dtype in self.feeds}
-        )[0]
+        output = self.engine.run({name: arrays[name].astype(dtype, copy=False) for name, dtype in self.feeds})[0]
+        return output, mask
+
+    def run_batch(self, items: list[Encoded]) -> list[np.ndarray]:
+        output, mask = self.forward(items)
         if output.ndim == 3:
             pooled = mean_pool(output, mask) if self.pooling == "mean" else cls_pool(output)
         else:  # the graph already pools (e.g. a sentence_embedding output)
@@ -110,10 +113,35 @@ class FeatureExtraction:
         self.run_batch([sample] * max_batch_size)
 
 
-Pipeline = ImageClassification | FeatureExtraction
+class TextClassification(FeatureExtraction):
+    """Tokenize and batch like embeddings; the graph's first output is [batch, classes] logits."""
+
+    task = TEXT_CLASSIFICATION
+
+    def __init__(self, manifest: Manifest, engine: Engine) -> None:
+        super().__init__(manifest, engine)
+        self.labels = manifest.labels
+
+    def run_batch(self, items: list[Encoded]) -> list[np.ndarray]:
+        logits, _ = self.forward(items)
+        return list(softmax(logits.reshape(len(items), -1)))
+
+    def warmup(self, max_batch_size: int) -> None:
+        sample = self.prepare(["warm up"])[0]
+        classes = self.run_batch([sample])[0].shape[0]
+        self.run_batch([sample] * max_batch_size)
+        if not self.labels:
+            self.labels = tuple(f"class_{i}" for i in range(classes))
+        elif len(self.labels) != classes:
+            raise ConfigError(f"manifest has {len(self.labels)} labels but the model outputs {classes} classes")
+
+
+Pipeline = ImageClassification | FeatureExtraction | TextClassification
 
 
 def build_pipeline(manifest: Manifest, engine: Engine) -> Any:
     if manifest.task == FEATURE_EXTRACTION:
         return FeatureExtraction(manifest, engine)
+    if manifest.task == TEXT_CLASSIFICATION:
+        return TextClassification(manifest, engine)
     return ImageClassification(manifest, engine)
