@@ -52,3 +52,18 @@ def cache_sync(active: list, revoked_hashes: list[str]) -> int:
 
 def cache_drop(key_hash: str) -> None:
     client().delete(cache_key(key_hash))
+
+
+USAGE_PREFIX = "lantau:usage:"  # written by runners (inference/runner/usage.py): requests, images, tokens
+
+
+def usage_for(key_ids: list[int]) -> dict[int, dict[str, int]]:
+    """Usage counters per key id, read in one pipeline; keys never used get zeros."""
+    if not key_ids:
+        return {}
+    pipe = client().pipeline(transaction=False)
+    for key_id in key_ids:
+        pipe.hgetall(f"{USAGE_PREFIX}{key_id}")
+    rows = pipe.execute()
+    fields = ("requests", "images", "tokens")
+    return {key_id: {f: int(row.get(f.encode(), 0)) for f in fields} for key_id, row in zip(key_ids, rows, strict=True)}

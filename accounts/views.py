@@ -5,7 +5,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from accounts import selectors, services
+from accounts import keycache, selectors, services
 from accounts.models import ApiKeyScope
 from console.errors import ApplicationError
 
@@ -42,7 +42,10 @@ def key_list(request):
                                                  burst=_number(request.POST.get("burst"), int))
         except ApplicationError as exc:
             messages.error(request, exc.message)
-    keys = selectors.api_keys_for_team(team=membership.team)
+    keys = list(selectors.api_keys_for_team(team=membership.team))
+    usage = keycache.usage_for([k.pk for k in keys])
+    for key in keys:
+        key.usage = usage.get(key.pk, {})
     return render(request, "accounts/keys.html",
                   {"keys": keys, "new_key": new_key, "scopes": ApiKeyScope.choices, "can_write": membership.can_write})
 

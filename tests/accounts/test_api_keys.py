@@ -113,3 +113,17 @@ def test_new_keys_are_cached_at_once_with_their_rate_limit_and_sync_repairs_the_
 def test_bad_rate_limits_are_422(owner_client, fields, message):
     r = owner_client.post("/api/v1/keys", {"name": "k", **fields}, content_type="application/json")
     assert r.status_code == 422 and message in r.json()["error"]["message"]
+
+
+def test_key_page_shows_usage_counted_by_the_runners(owner_client, team):
+    from accounts import keycache
+
+    owner_client.post("/api/v1/keys", {"name": "counted"}, content_type="application/json")
+    key = ApiKey.objects.get(team=team)
+    keycache.client().delete(f"{keycache.USAGE_PREFIX}{key.pk}")
+    keycache.client().hset(f"{keycache.USAGE_PREFIX}{key.pk}", mapping={"requests": 12, "images": 12})
+    try:
+        page = owner_client.get("/accounts/keys/").content.decode()
+    finally:
+        keycache.client().delete(f"{keycache.USAGE_PREFIX}{key.pk}")
+    assert "12 requests, 12 images" in page
