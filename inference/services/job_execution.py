@@ -136,8 +136,7 @@ def _inputs(version: ModelVersion) -> dict:
     """Paths a job reads: the model (in a folder with its external data files, if any) and companions."""
     model = version_file(version, "model")
     if version.artifacts.filter(role="external-data").exists():
-        folder = Path(tempfile.mkdtemp(prefix=f"lantau-v{version.pk}-"))
-        model = _link_version(version, folder) / "model.onnx"
+        model = _linked_folder(version) / "model.onnx"
     return {"model": model, "tokenizer": version_file(version, "tokenizer"),
             "preprocessing": version.preprocessing or None, "task": version.model.task}
 
@@ -279,6 +278,32 @@ def _link_version(version: ModelVersion, folder: Path) -> Path:
             os.link(storage.blob_path(artifact.sha256), target)
         except OSError:
             shutil.copyfile(storage.blob_path(artifact.sha256), target)
+    return folder
+
+
+def _linked_folder(version: ModelVersion) -> Path:
+    """One folder per version content (reused by later jobs) holding the model beside its external data files.
+
+    Versions never change, so the folder is built once, under a temporary name, and renamed into place;
+    a job racing to build the same one keeps whichever landed first.
+    """
+    import hashlib
+    import os
+    import shutil
+
+    base = Path(tempfile.gettempdir()) / "lantau-linked"
+    # Named by content, not by id: ids repeat across databases, contents do not.
+    content = hashlib.sha256("".join(sorted(a.sha256 + a.filename for a in version.artifacts.all())).encode())
+    folder = base / content.hexdigest()[:32]
+    if (folder / "model.onnx").exists():
+        return folder
+    base.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=".building-", dir=base))
+    _link_version(version, building)
+    try:
+        os.rename(building, folder)
+    except OSError:  # built meanwhile by another job
+        shutil.rmtree(building, ignore_errors=True)
     return folder
 
 

@@ -191,3 +191,16 @@ def test_import_upload_over_the_limit_is_413_and_stores_nothing(owner_client, vi
     r = post(owner_client, [("vit.zip", vit_zip)])
     assert r.status_code == 413
     assert blobs(settings) == set() and not Job.objects.exists()
+
+
+def test_jobs_read_an_external_data_model_beside_its_weights(owner_client, tmp_path):
+    data = np.eye(3, dtype=np.float32).tobytes()
+    imported = run_import(owner_client, [("m.onnx", _onnx_with_external(tmp_path, "m.weights")), ("m.weights", data)],
+                          task="image-classification", labels="a\nb\nc", name="ext")
+    assert imported.status == "succeeded", imported.error
+    r = owner_client.post("/api/v1/jobs", {"version_id": imported.output.pk, "kind": "benchmark", "options": {"runs": 6}},
+                          content_type="application/json")
+    assert job_execute(r.json()["id"]) == "succeeded", Job.objects.get(pk=r.json()["id"]).error
+    again = owner_client.post("/api/v1/jobs", {"version_id": imported.output.pk, "kind": "benchmark",
+                                               "options": {"runs": 6}}, content_type="application/json")
+    assert job_execute(again.json()["id"]) == "succeeded"  # the linked folder is reused, not rebuilt
