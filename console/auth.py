@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from ninja.security import APIKeyCookie, HttpBearer
 
 from accounts.models import Membership, Team
@@ -55,4 +54,3 @@ class ApiKeyTeamAuth(HttpBearer):
 
 
 team_auth = [ApiKeyTeamAuth(), SessionTeamAuth()]
-User = get_user_model()

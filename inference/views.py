@@ -48,7 +48,7 @@ def model_detail(request, name: str):
     context = {
         "model": model, "rows": rows, "points": chart_points(rows), "can_write": membership.can_write,
         "jobs": selectors.jobs_for_team(team=membership.team).filter(source__model=model)[:50],
-        "kinds": [c for c in JobKind.choices if c[0] != JobKind.IMPORT], "regions": Region.choices,
+        "kinds": [c for c in JobKind.choices if c[0] != JobKind.IMPORT],
         "recommended": json.dumps(recommended),
     }
     return render(request, "inference/model_detail.html", context)
