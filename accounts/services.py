@@ -9,7 +9,7 @@ from django.utils import timezone
 from accounts import keycache
 from accounts.keys import key_generate
 from accounts.models import ApiKey, ApiKeyScope, AuditEvent, Membership, Role, Team
-from console.errors import Forbidden, NotFound, ValidationFailed
+from core.errors import Forbidden, NotFound, ValidationFailed
 
 User = get_user_model()
 

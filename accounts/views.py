@@ -7,7 +7,7 @@ from django.views.decorators.http import require_POST
 
 from accounts import keycache, selectors, services
 from accounts.models import ApiKeyScope
-from console.errors import ApplicationError
+from core.errors import ApplicationError
 
 
 def _number(raw: str | None, kind):

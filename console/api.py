@@ -9,8 +9,8 @@ from ninja.errors import ValidationError as NinjaValidationError
 
 from accounts.api import router as accounts_router
 from accounts.api_team import router as team_router
-from console.auth import team_auth
-from console.errors import ApplicationError
+from accounts.auth import team_auth
+from core.errors import ApplicationError
 from inference.api.deployments import router as deployments_router
 from inference.api.jobs import router as jobs_router
 from inference.api.models import router as models_router

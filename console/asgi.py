@@ -13,10 +13,10 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from console.errors import PayloadTooLarge  # noqa: E402
-from console.routing import websocket_urlpatterns  # noqa: E402
+from core.errors import PayloadTooLarge  # noqa: E402
 from inference.gateway.app import gateway_app  # noqa: E402
 from inference.gateway.http import header, send_error  # noqa: E402
+from inference.routing import websocket_urlpatterns  # noqa: E402
 
 
 async def http_app(scope, receive, send):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from console.lib.env import (
+from core.env import (
     ConfigError,
     check_redis_url,
     env_bool,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import Prefetch, QuerySet
 
 from accounts.models import Team
-from console.errors import NotFound
+from core.errors import NotFound
 from inference.models import Deployment, Job, ModelVersion, Node, RegisteredModel, Replica
 
 

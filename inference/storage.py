@@ -15,7 +15,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from console.errors import PayloadTooLarge
+from core.errors import PayloadTooLarge
 
 CHUNK = 1024 * 1024
 

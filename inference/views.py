@@ -7,7 +7,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from accounts.selectors import membership_for
-from console.errors import ApplicationError
+from core.errors import ApplicationError
 from inference import selectors
 from inference.models import Device, JobKind, Region, Task
 from inference.services.deployments import (

@@ -7,7 +7,7 @@ import json
 from ninja import File, Form, Router, Status
 from ninja.files import UploadedFile
 
-from console.errors import ValidationFailed
+from core.errors import ValidationFailed
 from inference import selectors
 from inference.schemas import JobOut, ModelOut, ModelVersionOut
 from inference.services.imports import model_import_start

@@ -4,7 +4,7 @@ from django.http import FileResponse
 from ninja import Router
 from ninja.security import HttpBearer
 
-from console.errors import NotFound
+from core.errors import NotFound
 from inference import selectors, storage
 from inference.models import Artifact
 from inference.schemas import HeartbeatIn, NodeOut

@@ -8,7 +8,7 @@ import re
 
 from django.conf import settings
 
-from console.errors import ApplicationError, BadRequest, NotFound, Unavailable
+from core.errors import ApplicationError, BadRequest, NotFound, Unavailable
 from inference.gateway import upstream
 from inference.gateway.auth import Caller, authenticate, enforce_rate_limit
 from inference.gateway.http import ClientGone, header, read_body, send_error, send_json

@@ -16,7 +16,7 @@ from redis import asyncio as aioredis
 from accounts import keycache
 from accounts.keys import bearer_token, key_hash, key_is_well_formed
 from accounts.selectors import KeyIdentity, api_key_entry_db, identity_from_entry
-from console.errors import ApplicationError, Forbidden, Unauthorized
+from core.errors import ApplicationError, Forbidden, Unauthorized
 from inference.runner.keys import parse_entry
 from inference.runner.ratelimit import RateLimiter
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from console.errors import ApplicationError, PayloadTooLarge
+from core.errors import ApplicationError, PayloadTooLarge
 
 
 class ClientGone(Exception):

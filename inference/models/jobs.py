@@ -14,7 +14,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from console.errors import Conflict
+from core.errors import Conflict
 
 
 class JobKind(models.TextChoices):

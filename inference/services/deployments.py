@@ -10,8 +10,8 @@ from django.db.models import Count
 
 from accounts.models import Team
 from accounts.services import audit_record, require_writer
-from console.errors import Conflict, NotFound, ValidationFailed
-from inference import scheduler
+from core.errors import Conflict, NotFound, ValidationFailed
+from inference import queue, scheduler
 from inference.models import (
     Deployment,
     DesiredState,
@@ -53,9 +53,7 @@ def _check_spec(spec: DeploymentSpec) -> None:
 
 
 def _enqueue_reconcile(deployment_id: int) -> None:
-    from inference.tasks import deployment_reconcile_task
-
-    transaction.on_commit(lambda: deployment_reconcile_task.delay(deployment_id))
+    queue.deployment_reconcile_later(deployment_id)
 
 
 def deployment_create(*, team: Team, actor, spec: DeploymentSpec) -> Deployment:

@@ -17,9 +17,9 @@ from django.db import transaction
 
 from accounts.models import Team
 from accounts.services import audit_record, require_writer
-from console.errors import PayloadTooLarge, ValidationFailed
-from console.live import publish_job
-from inference import storage
+from core.errors import PayloadTooLarge, ValidationFailed
+from inference import queue, storage
+from inference.live import publish_job
 from inference.models import Artifact, Job, JobKind, ModelVersion, RegisteredModel, Task
 from inference.services.registry import NAME_RE, labels_parse
 
@@ -58,9 +58,7 @@ def model_import_start(*, team: Team, actor, name: str, task: str, files: list[t
         audit_record(team=team, actor=actor, action="model.import", target=name,
                      data={"files": [f["filename"] for f in stored]})
         publish_job(job)
-        from inference.tasks import job_run_task
-
-        transaction.on_commit(lambda: job_run_task.delay(job.pk))
+        queue.job_run_later(job.pk)
     return job
 
 

@@ -18,7 +18,7 @@ from django.db import close_old_connections
 from django.db.models import F
 from django.utils import timezone
 
-from console.live import publish_job
+from inference.live import publish_job
 from inference.models import Job, JobKind, JobStatus, ModelVersion
 from inference.services.registry import version_derive, version_file
 
@@ -111,7 +111,7 @@ def job_execute(job_id: int) -> str:
 
 
 def _describe(exc: Exception) -> str:
-    from console.errors import ApplicationError
+    from core.errors import ApplicationError
     from inference.validation.formats import InvalidModel
 
     if isinstance(exc, ApplicationError):

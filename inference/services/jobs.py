@@ -10,8 +10,9 @@ from django.utils import timezone
 
 from accounts.models import Team
 from accounts.services import audit_record, require_writer
-from console.errors import ValidationFailed
-from console.live import publish_job
+from core.errors import ValidationFailed
+from inference import queue
+from inference.live import publish_job
 from inference.models import Job, JobKind, JobStatus, ModelVersion
 
 _ONNX_ONLY = {JobKind.QUANTIZE_INT8, JobKind.FP16, JobKind.OPTIMIZE, JobKind.EVALUATE, JobKind.BENCHMARK}
@@ -27,9 +28,7 @@ _OPTION_KEYS = {
 
 
 def _enqueue(job: Job) -> None:
-    from inference.tasks import job_run_task
-
-    transaction.on_commit(lambda: job_run_task.delay(job.pk))
+    queue.job_run_later(job.pk)
 
 
 def _check(kind: str, source: ModelVersion, options: dict) -> None:

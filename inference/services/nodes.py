@@ -13,8 +13,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.services import audit_record
-from console.errors import Conflict, ValidationFailed
-from console.live import publish_deployment_status
+from core.errors import Conflict, ValidationFailed
+from inference import queue
+from inference.live import publish_deployment_status
 from inference.models import Deployment, ModelVersion, Node, NodeStatus, Region, Replica, ReplicaState
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -125,15 +126,11 @@ def _apply_report(node: Node, report: dict) -> None:
         return
     publish_deployment_status(deployment)
     if state in (ReplicaState.FAILED, ReplicaState.READY):  # replace the failed; retire old versions once ready
-        from inference.tasks import deployment_reconcile_task
-
-        transaction.on_commit(lambda: deployment_reconcile_task.delay(deployment.pk))
+        queue.deployment_reconcile_later(deployment.pk)
 
 
 def _reconcile_all_later() -> None:
-    from inference.tasks import deployments_reconcile_all
-
-    transaction.on_commit(deployments_reconcile_all.delay)
+    queue.deployments_reconcile_all_later()
 
 
 def nodes_sweep() -> int:

@@ -13,7 +13,7 @@ from django.db import transaction
 
 from accounts.models import Team
 from accounts.services import audit_record, require_writer
-from console.errors import Conflict, ValidationFailed
+from core.errors import Conflict, ValidationFailed
 from inference import storage
 from inference.models import Artifact, ModelVersion, RegisteredModel, Task
 from inference.validation.onnx_model import check_task, image_preprocessing, inspect_onnx

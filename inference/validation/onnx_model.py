@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from console.errors import ValidationFailed
+from core.errors import ValidationFailed
 
 _DTYPES = {1: "float32", 10: "float16", 11: "float64", 6: "int32", 7: "int64", 9: "bool", 2: "uint8", 3: "int8"}
 

@@ -1,6 +1,6 @@
 import pytest
 
-from console.lib.env import ConfigError, env_bool, env_int, env_list, parse_database_url
+from core.env import ConfigError, env_bool, env_int, env_list, parse_database_url
 
 
 def test_env_bool_accepts_common_spellings_and_refuses_others(monkeypatch):

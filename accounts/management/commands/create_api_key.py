@@ -3,7 +3,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounts.selectors import membership_for
 from accounts.services import api_key_create
-from console.errors import ApplicationError
+from core.errors import ApplicationError
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from console.errors import ApplicationError
+from core.errors import ApplicationError
 from inference.services.nodes import node_token_create
 
 

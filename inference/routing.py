@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from console.consumers import DeploymentMetricsConsumer, DeploymentStatusConsumer, JobUpdatesConsumer
+from inference.consumers import DeploymentMetricsConsumer, DeploymentStatusConsumer, JobUpdatesConsumer
 
 websocket_urlpatterns = [
     path("ws/deployments/", DeploymentStatusConsumer.as_asgi()),

@@ -1,10 +1,15 @@
 """Websocket consumers: authenticate, join the team's group, forward what is published there."""
 
+import asyncio
+
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from redis import asyncio as aioredis
 
 from accounts.selectors import membership_for
-from console.live import team_deployments_group, team_jobs_group
+from inference.live import team_deployments_group, team_jobs_group
+from inference.models import Deployment
 
 
 class TeamGroupConsumer(AsyncJsonWebsocketConsumer):
@@ -50,11 +55,6 @@ class DeploymentMetricsConsumer(AsyncJsonWebsocketConsumer):
     """
 
     async def connect(self):
-        import asyncio
-
-        from django.conf import settings
-        from redis import asyncio as aioredis
-
         name = self.scope["url_route"]["kwargs"]["name"]
         if not await database_sync_to_async(_may_watch)(self.scope.get("user"), name):
             await self.close(code=4404)
@@ -84,8 +84,6 @@ class DeploymentMetricsConsumer(AsyncJsonWebsocketConsumer):
 
 
 def _may_watch(user, name: str) -> bool:
-    from inference.models import Deployment
-
     membership = membership_for(user=user)
     return membership is not None and Deployment.objects.filter(team=membership.team, name=name).exists()
 
