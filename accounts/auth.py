@@ -19,7 +19,8 @@ class Principal:
     via: str  # "session" or "api_key"
 
 
-def _team_id_hint(request) -> int | None:
+def team_id_hint(request) -> int | None:
+    """The team a caller asks to act for (`X-Lantau-Team` header or `?team=`), if any."""
     raw = request.headers.get("X-Lantau-Team") or request.GET.get("team")
     return int(raw) if raw and raw.isdigit() else None
 
@@ -31,7 +32,7 @@ class SessionTeamAuth(APIKeyCookie):
         user = request.user
         if not user.is_authenticated:
             return None
-        membership = membership_for(user=user, team_id=_team_id_hint(request))
+        membership = membership_for(user=user, team_id=team_id_hint(request))
         if membership is None:
             return None
         return Principal(user=user, team=membership.team, membership=membership, via="session")

@@ -7,14 +7,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts import keycache
-from accounts.keys import key_generate
 from accounts.models import ApiKey, ApiKeyScope, AuditEvent, Membership, Role, Team
+from contract.apikeys import key_generate
 from core.errors import Forbidden, NotFound, ValidationFailed
 
 User = get_user_model()
 
 
-def audit_record(*, team: Team | None, actor, action: str, target: str = "", data: dict | None = None) -> None:
+def audit_record(
+    *, team: Team | None, actor, action: str, target: str = "", data: dict | None = None
+) -> None:
     AuditEvent.objects.create(team=team, actor=actor, action=action, target=target, data=data or {})
 
 
@@ -61,8 +63,15 @@ def _check_rate(rate_per_s: float | None, burst: int | None) -> None:
         raise ValidationFailed("burst needs rate_per_s")
 
 
-def api_key_create(*, team: Team, actor, name: str, scopes: list[str] | None = None,
-                   rate_per_s: float | None = None, burst: int | None = None) -> tuple[ApiKey, str]:
+def api_key_create(
+    *,
+    team: Team,
+    actor,
+    name: str,
+    scopes: list[str] | None = None,
+    rate_per_s: float | None = None,
+    burst: int | None = None,
+) -> tuple[ApiKey, str]:
     """Create a key and return it with its clear text, which is never stored and shown only now.
 
     Its cache entry is written at once, so runners called directly accept it from the first request.
@@ -79,12 +88,23 @@ def api_key_create(*, team: Team, actor, name: str, scopes: list[str] | None = N
     clear, prefix, digest = key_generate()
     with transaction.atomic():
         api_key = ApiKey.objects.create(
-            team=team, created_by=actor, name=name, prefix=prefix, key_hash=digest, scopes=scopes,
-            rate_per_s=rate_per_s, burst=burst,
+            team=team,
+            created_by=actor,
+            name=name,
+            prefix=prefix,
+            key_hash=digest,
+            scopes=scopes,
+            rate_per_s=rate_per_s,
+            burst=burst,
         )
-        audit_record(team=team, actor=actor, action="api_key.create", target=prefix,
-                     data={"scopes": scopes, "rate_per_s": rate_per_s, "burst": burst})
-        transaction.on_commit(lambda: keycache.cache_put(digest, keycache.entry_for(api_key)))
+        audit_record(
+            team=team,
+            actor=actor,
+            action="api_key.create",
+            target=prefix,
+            data={"scopes": scopes, "rate_per_s": rate_per_s, "burst": burst},
+        )
+        transaction.on_commit(lambda: keycache.cache_put(api_key))
     return api_key, clear
 
 

@@ -8,7 +8,6 @@ pre-processed exactly as the runner does it.
 from __future__ import annotations
 
 import io
-import json
 import logging
 import warnings
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from inference.runner.config import Preprocessing
+from contract.manifest import MANIFEST_NAME, ModelManifest, Preprocessing, Task
 
 log = logging.getLogger("bench.assets")
 
@@ -29,7 +28,7 @@ INPUT_NAME = "input"
 def preprocessing() -> Preprocessing:
     from inference.demo.efficientnet import PREPROCESSING as P
 
-    return Preprocessing(tuple(P["input_size"]), P["resize_shorter"], tuple(P["mean"]), tuple(P["std"]))  # type: ignore[arg-type]
+    return Preprocessing.from_dict(P)
 
 
 def _rgb(name: str) -> np.ndarray:
@@ -115,11 +114,11 @@ def model_dir(folder: Path, model: Path, name: str, labels: list[str]) -> Path:
             onnx_path.hardlink_to(model)
         except OSError:
             onnx_path.write_bytes(model.read_bytes())
-    manifest = {
-        "deployment": name, "model_version": f"{name}:1", "task": "image-classification",
-        "model_file": "model.onnx", "labels": labels, "preprocessing": PREPROCESSING,
-    }  # fmt: skip
-    (target / "lantau.json").write_text(json.dumps(manifest))
+    manifest = ModelManifest(
+        deployment=name, model_version=f"{name}:1", task=Task.IMAGE_CLASSIFICATION, model_file="model.onnx",
+        labels=tuple(labels), preprocessing=Preprocessing.from_dict(PREPROCESSING),
+    )  # fmt: skip
+    (target / MANIFEST_NAME).write_text(manifest.to_json())
     return target
 
 

@@ -3,7 +3,7 @@
 What a typical FastAPI service does, written with aiohttp (no extra dependency): a synchronous
 ``predict`` (decode, pre-process, ``session.run`` on one image, softmax, top-5) run in a thread pool of
 Python's default size, no batching and no queue. ``python -m bench.plain_server --model M --port 0``
-prints ``LANTAU_RUNNER_LISTENING port=<N>`` like the runner does.
+prints the listening line (``contract.listening``) like the runner does.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from aiohttp import web
 
+from contract.listening import format_listening
 from inference.demo.efficientnet import imagenet_labels
 from inference.runner.engine import Engine
 from inference.runner.postprocess import softmax, top_k
@@ -65,7 +66,7 @@ async def serve(model_path: Path, port: int, threads: int) -> None:
     site = web.TCPSite(runner, "127.0.0.1", port, backlog=1024)
     await site.start()
     bound = runner.addresses[0][1]
-    print(f"LANTAU_RUNNER_LISTENING port={bound}", flush=True)
+    print(format_listening(bound), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -10,6 +10,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from accounts.api import router as accounts_router
 from accounts.api_team import router as team_router
 from accounts.auth import team_auth
+from contract.envelope import error_envelope
 from core.errors import ApplicationError
 from inference.api.deployments import router as deployments_router
 from inference.api.jobs import router as jobs_router
@@ -26,7 +27,7 @@ api = NinjaAPI(
 
 
 def _error(request, status: int, type_: str, message: str, headers: dict | None = None):
-    response = api.create_response(request, {"error": {"type": type_, "message": message}}, status=status)
+    response = api.create_response(request, error_envelope(type_, message), status=status)
     for key, value in (headers or {}).items():
         response[key] = value
     return response

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contract.envelope import error_envelope
+
 
 class ApplicationError(Exception):
     status = 400
@@ -13,7 +15,7 @@ class ApplicationError(Exception):
         self.headers = headers or {}
 
     def as_dict(self) -> dict:
-        return {"error": {"type": self.type, "message": self.message}}
+        return error_envelope(self.type, self.message)
 
 
 class BadRequest(ApplicationError):

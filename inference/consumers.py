@@ -8,6 +8,7 @@ from django.conf import settings
 from redis import asyncio as aioredis
 
 from accounts.selectors import membership_for
+from contract.redis_keys import RedisKeys
 from inference.live import team_deployments_group, team_jobs_group
 from inference.models import Deployment
 
@@ -49,7 +50,7 @@ class JobUpdatesConsumer(TeamGroupConsumer):
 
 
 class DeploymentMetricsConsumer(AsyncJsonWebsocketConsumer):
-    """Forwards the runners' per-second summaries (Redis pub/sub `lantau:metrics:<deployment>`) to one page.
+    """Forwards the runners' per-second summaries (Redis pub/sub `<prefix>:metrics:<deployment>`, see contract.redis_keys) to one page.
 
     Only members of the deployment's team may subscribe; the runners publish whether or not anyone listens.
     """
@@ -62,8 +63,10 @@ class DeploymentMetricsConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         self.redis = aioredis.Redis.from_url(settings.REDIS_URL)
         self.pubsub = self.redis.pubsub()
-        await self.pubsub.subscribe(f"lantau:metrics:{name}")
-        for raw in await _latest(self.redis, name):  # the last second of each replica, for an instant first point
+        await self.pubsub.subscribe(RedisKeys(settings.REDIS_PREFIX).metrics_channel(name))
+        for raw in await _latest(
+            self.redis, name
+        ):  # the last second of each replica, for an instant first point
             await self.send(text_data=raw.decode())
         self.pump = asyncio.create_task(self._pump())
 
@@ -89,6 +92,11 @@ def _may_watch(user, name: str) -> bool:
 
 
 async def _latest(redis, name: str) -> list[bytes]:
-    keys = [key async for key in redis.scan_iter(match=f"lantau:metrics:last:{name}:*", count=100)]
+    keys = [
+        key
+        async for key in redis.scan_iter(
+            match=RedisKeys(settings.REDIS_PREFIX).metrics_last_pattern(name), count=100
+        )
+    ]
     values = await redis.mget(keys) if keys else []
     return [v for v in values if v]

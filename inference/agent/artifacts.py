@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+from contract.manifest import MANIFEST_NAME, ModelManifest
 
 
 class ArtifactError(Exception):
@@ -32,11 +36,12 @@ def _fetch(client: httpx.Client, url: str, sha256: str, dest: Path) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
-def prepare(client: httpx.Client, cache_dir: Path, desired: dict) -> Path:
+def prepare(client: httpx.Client, cache_dir: Path, desired: dict[str, Any]) -> Path:
     """Cache the version's artifacts (verified) and lay out the replica's model folder; return that folder.
 
     Files are cached once per version; each replica gets its own folder of hard links plus its manifest,
-    since two deployments of one version differ in name and settings.
+    since two deployments of one version differ in name and settings. Raises ManifestError when the
+    desired manifest breaks the contract.
     """
     folder = cache_dir / f"v{desired['version_id']}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -55,9 +60,11 @@ def prepare(client: httpx.Client, cache_dir: Path, desired: dict) -> Path:
         link = replica_dir / name
         link.unlink(missing_ok=True)
         os.link(folder / name, link)
-    manifest = dict(desired["manifest"])
+    manifest = ModelManifest.from_dict(desired["manifest"])  # ManifestError: refused before any runner starts
     labels = replica_dir / "labels.json"
-    if "labels" not in manifest and labels.exists():
-        manifest["labels"] = json.loads(labels.read_text())
-    (replica_dir / "lantau.json").write_text(json.dumps(manifest))
+    if (
+        not manifest.labels and labels.exists()
+    ):  # the console leaves a version's labels file out of heartbeats
+        manifest = dataclasses.replace(manifest, labels=tuple(json.loads(labels.read_text())))
+    (replica_dir / MANIFEST_NAME).write_text(manifest.to_json())
     return replica_dir

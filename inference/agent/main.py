@@ -9,20 +9,36 @@ import signal
 import sys
 import time
 from pathlib import Path
+from types import FrameType
+from typing import Any, NotRequired, TypedDict
 
 import httpx
 
+from contract.manifest import ManifestError
+from contract.replicas import ReplicaState
 from inference.agent import artifacts, inventory, supervisor
 
 log = logging.getLogger("lantau.agent")
+
+
+class ReplicaReport(TypedDict):
+    """One replica's actual state in a heartbeat."""
+
+    id: int
+    state: ReplicaState
+    url: NotRequired[str]
+    error: NotRequired[str]
 
 
 class Agent:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.console = args.console.rstrip("/")
-        self.http = httpx.Client(base_url=self.console, headers={"Authorization": f"Bearer {args.token}"},
-                                 timeout=httpx.Timeout(30.0, connect=5.0))
+        self.http = httpx.Client(
+            base_url=self.console,
+            headers={"Authorization": f"Bearer {args.token}"},
+            timeout=httpx.Timeout(30.0, connect=5.0),
+        )
         self.probe = httpx.Client(timeout=1.0)
         self.cache = Path(args.data_dir).resolve() / "cache"
         self.cache.mkdir(parents=True, exist_ok=True)
@@ -30,29 +46,32 @@ class Agent:
         self.failed: dict[int, str] = {}
         self.stopping = False
 
-    def reports(self) -> list[dict]:
-        out = [{"id": rid, "state": "failed", "error": err} for rid, err in self.failed.items()]
+    def reports(self) -> list[ReplicaReport]:
+        out: list[ReplicaReport] = [
+            {"id": rid, "state": ReplicaState.FAILED, "error": err} for rid, err in self.failed.items()
+        ]
         for rid, proc in self.runners.items():
             if proc.process.poll() is not None:
                 self.failed[rid] = proc.error()
-                out.append({"id": rid, "state": "failed", "error": self.failed[rid]})
+                out.append({"id": rid, "state": ReplicaState.FAILED, "error": self.failed[rid]})
             elif supervisor.check_ready(proc, self.probe):
-                out.append({"id": rid, "state": "ready", "url": proc.url})
+                out.append({"id": rid, "state": ReplicaState.READY, "url": proc.url})
             else:
-                out.append({"id": rid, "state": "starting"})
+                out.append({"id": rid, "state": ReplicaState.STARTING})
         for rid in list(self.runners):
             if rid in self.failed:
                 del self.runners[rid]
         return out
 
-    def beat(self) -> list[dict]:
+    def beat(self) -> list[dict[str, Any]]:
         payload = {"region": self.args.region, "inventory": inventory.collect(), "replicas": self.reports()}
         response = self.http.post("/api/v1/nodes/heartbeat", json=payload)
         if response.status_code != 200:
             raise RuntimeError(f"heartbeat refused: HTTP {response.status_code} {response.text[:200]}")
-        return response.json()["replicas"]
+        desired: list[dict[str, Any]] = response.json()["replicas"]  # the console's desired replicas
+        return desired
 
-    def converge(self, desired: list[dict]) -> None:
+    def converge(self, desired: list[dict[str, Any]]) -> None:
         wanted = {d["id"]: d for d in desired}
         for rid in list(self.runners):
             if rid not in wanted:
@@ -62,18 +81,31 @@ class Agent:
         for rid, spec in wanted.items():
             if rid in self.runners or rid in self.failed:
                 continue
+            if spec.get("error"):  # the console could not build a valid manifest for this version
+                self.failed[rid] = f"cannot serve this version: {spec['error']}"
+                continue
             try:
                 model_dir = artifacts.prepare(self.http, self.cache, spec)
+            except ManifestError as exc:
+                self.failed[rid] = f"cannot serve this version: {exc}"
+                continue
             except (artifacts.ArtifactError, httpx.HTTPError, OSError) as exc:
                 self.failed[rid] = f"could not fetch the model: {exc}"
                 continue
             log.info("starting runner for replica %s (%s)", rid, spec["deployment"])
-            self.runners[rid] = supervisor.start(spec, model_dir, bind_host=self.args.bind_host,
-                                                 advertise_host=self.args.advertise_host, threads=self.args.threads,
-                                                 redis_url=self.args.redis_url)
+            self.runners[rid] = supervisor.start(
+                spec,
+                model_dir,
+                bind_host=self.args.bind_host,
+                advertise_host=self.args.advertise_host,
+                threads=self.args.threads,
+                redis_url=self.args.redis_url,
+            )
 
     def run(self) -> int:
-        log.info("node agent for %s (region %s) talking to %s", self.args.name, self.args.region, self.console)
+        log.info(
+            "node agent for %s (region %s) talking to %s", self.args.name, self.args.region, self.console
+        )
         while not self.stopping:
             try:
                 self.converge(self.beat())
@@ -101,19 +133,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-dir", default="var/node")
     parser.add_argument("--bind-host", default="127.0.0.1", help="address runners listen on")
     parser.add_argument("--advertise-host", default="127.0.0.1", help="address the console's gateway uses")
-    parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads per runner (0 = all cores)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="onnxruntime threads per runner (0 = all cores)"
+    )
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between heartbeats")
-    parser.add_argument("--redis-url", default=os.environ.get("LANTAU_REDIS_URL") or None,
-                        help="Redis the runners use for API keys, rate limits, usage and live metrics "
-                             "(env LANTAU_REDIS_URL); without it runners accept only the gateway")
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("LANTAU_REDIS_URL") or None,
+        help="Redis the runners use for API keys, rate limits, usage and live metrics "
+        "(env LANTAU_REDIS_URL); without it runners accept only the gateway",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     agent = Agent(parse_args(argv))
 
-    def on_signal(signum, frame):
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         agent.stopping = True
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -1,67 +1,74 @@
-"""Runner processes on this node: start, watch, stop. One process per replica."""
+"""Runner processes on this node: start, watch, stop. One process per replica (``inference.runner.launch``)."""
 
 from __future__ import annotations
 
-import collections
-import os
-import signal
 import subprocess
 import sys
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-LISTENING = "LANTAU_RUNNER_LISTENING port="
+from contract.redis_keys import DEFAULT_PREFIX
+from inference.runner import launch
 
 
 @dataclass
 class RunnerProcess:
     replica_id: int
-    process: subprocess.Popen
+    runner: launch.RunnerProcess
     advertise_host: str
-    port: int | None = None
     ready: bool = False
     started_at: float = field(default_factory=time.monotonic)
-    tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=20))
+
+    @property
+    def process(self) -> subprocess.Popen[str]:
+        return self.runner.process
+
+    @property
+    def port(self) -> int | None:
+        return self.runner.port
 
     @property
     def url(self) -> str:
         return f"http://{self.advertise_host}:{self.port}" if self.port else ""
 
     def error(self) -> str:
-        lines = [line for line in self.tail if line.strip()]
+        lines = [line for line in self.runner.tail if line.strip()]
         return f"runner exited with code {self.process.returncode}: " + " | ".join(lines[-3:])
 
 
-def _pump(proc: RunnerProcess, stream, sink) -> None:
-    # Read the runner's output in a thread: find the port line, keep a tail for error reports.
-    for raw in stream:
-        line = raw.rstrip("\n")
-        if line.startswith(LISTENING):
-            proc.port = int(line[len(LISTENING):].split()[0])
-        proc.tail.append(line)
-        sink.write(f"runner r{proc.replica_id} | {line}\n")
-        sink.flush()
+def _echo(replica_id: int) -> Callable[[str], None]:
+    def write(line: str) -> None:
+        sys.stderr.write(f"runner r{replica_id} | {line}\n")
+        sys.stderr.flush()
+
+    return write
 
 
-def start(desired: dict, model_dir: Path, *, bind_host: str, advertise_host: str, threads: int,
-          redis_url: str | None = None) -> RunnerProcess:
+def start(
+    desired: dict[str, Any],
+    model_dir: Path,
+    *,
+    bind_host: str,
+    advertise_host: str,
+    threads: int,
+    redis_url: str | None = None,
+) -> RunnerProcess:
+    """Start the runner of one desired replica; its output goes to the agent's stderr, prefixed."""
     batching = desired["batching"]
-    cmd = [sys.executable, "-m", "inference.runner", "--model-dir", str(model_dir), "--host", bind_host,
-           "--port", "0", "--max-batch-size", str(batching["max_batch_size"]),
-           "--max-queue-delay-ms", str(batching["max_queue_delay_ms"]), "--threads", str(threads)]
-    env = {**os.environ, "LANTAU_RUNNER_TOKEN": desired["runner_token"], "PYTHONUNBUFFERED": "1",
-           "LANTAU_REPLICA_ID": str(desired["id"])}
-    if redis_url:  # API keys at the runner, rate limits, usage counters and live metrics
-        env["LANTAU_REDIS_URL"] = redis_url
-    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                               start_new_session=True)
-    proc = RunnerProcess(replica_id=desired["id"], process=process, advertise_host=advertise_host)
-    threading.Thread(target=_pump, args=(proc, process.stdout, sys.stderr), daemon=True).start()
-    return proc
+    command = launch.runner_command(
+        model_dir, host=bind_host, max_batch_size=batching["max_batch_size"],
+        max_queue_delay_ms=batching["max_queue_delay_ms"], threads=threads,
+        redis_prefix=desired.get("redis_prefix") or DEFAULT_PREFIX,  # the console's: keys it wrote are found
+    )  # fmt: skip
+    # With Redis: API keys at the runner, rate limits, usage counters and live metrics.
+    env = launch.runner_env(token=desired["runner_token"], redis_url=redis_url, replica=str(desired["id"]))
+    runner = launch.start(command, env=env, sink=_echo(desired["id"]), group=True)
+    return RunnerProcess(replica_id=desired["id"], runner=runner, advertise_host=advertise_host)
 
 
 def check_ready(proc: RunnerProcess, client: httpx.Client) -> bool:
@@ -75,14 +82,4 @@ def check_ready(proc: RunnerProcess, client: httpx.Client) -> bool:
 
 
 def stop(proc: RunnerProcess, timeout: float = 10.0) -> None:
-    if proc.process.poll() is not None:
-        return
-    try:
-        os.killpg(proc.process.pid, signal.SIGTERM)
-        proc.process.wait(timeout=timeout)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.process.wait(timeout=5)
+    proc.runner.stop(timeout)

@@ -19,11 +19,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from contract.generation import GenerationSpec
+from contract.manifest import MANIFEST_NAME, ModelManifest, Task
 from inference.runner.generation.chat_template import DEFAULT_CHAT_TEMPLATE
 
 SUPPORTED_TYPES = ("llama", "gpt2")
 OPSET = 17
-MANIFEST_NAME = "lantau.json"
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,13 @@ def _decoder_step_module(model: Any, layers: int) -> Any:
             super().__init__()
             self.model = model
 
-        def forward(self, input_ids, attention_mask, position_ids, *past):  # type: ignore[no-untyped-def]
+        def forward(
+            self,
+            input_ids: torch.Tensor,
+            attention_mask: torch.Tensor,
+            position_ids: torch.Tensor,
+            *past: torch.Tensor,
+        ) -> tuple[torch.Tensor, ...]:
             pairs = [(past[2 * i], past[2 * i + 1]) for i in range(layers)]
             cache = DynamicCache(pairs)
             out = self.model(
@@ -212,13 +219,13 @@ def export_model_folder(
     layout = export_onnx(model_dir, out_dir / "model.onnx")
     section = generation_section(model_dir, layout)
     shutil.copyfile(tokenizer, out_dir / "tokenizer.json")
-    manifest = {
-        "deployment": deployment,
-        "model_version": model_version or f"{deployment}:1",
-        "task": "text-generation",
-        "model_file": "model.onnx",
-        "tokenizer_file": "tokenizer.json",
-        "generation": section,
-    }
-    (out_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    manifest = ModelManifest(
+        deployment=deployment,
+        model_version=model_version or f"{deployment}:1",
+        task=Task.TEXT_GENERATION,
+        model_file="model.onnx",
+        tokenizer_file="tokenizer.json",
+        generation=GenerationSpec.from_dict(section),  # ManifestError here, not when a runner starts
+    )
+    (out_dir / MANIFEST_NAME).write_text(manifest.to_json(indent=2), encoding="utf-8")
     return out_dir / "model.onnx", out_dir / "tokenizer.json", section

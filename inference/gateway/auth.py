@@ -7,32 +7,22 @@ whether it calls through the gateway or a runner directly; they are read from th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from redis import asyncio as aioredis
 
 from accounts import keycache
-from accounts.keys import bearer_token, key_hash, key_is_well_formed
-from accounts.selectors import KeyIdentity, api_key_entry_db, identity_from_entry
+from accounts.selectors import api_key_entry_db
+from contract.apikeys import KeyIdentity, bearer_token, key_hash, key_is_well_formed, parse_entry
 from core.errors import ApplicationError, Forbidden, Unauthorized
-from inference.runner.keys import parse_entry
 from inference.runner.ratelimit import RateLimiter
 
 _redis: aioredis.Redis | None = None
-_limiter: RateLimiter | None = None
+_limiter: tuple[str, RateLimiter] | None = None
 
 
 class RateLimited(ApplicationError):
     status, type = 429, "rate_limited"
-
-
-@dataclass(frozen=True)
-class Caller:
-    identity: KeyIdentity
-    rate_per_s: float | None = None
-    burst: int | None = None
 
 
 def _client() -> aioredis.Redis:
@@ -44,36 +34,40 @@ def _client() -> aioredis.Redis:
 
 def _rate_limiter() -> RateLimiter:
     global _limiter
-    if _limiter is None:
-        _limiter = RateLimiter(_client())
-    return _limiter
+    names = keycache.names()
+    if _limiter is None or _limiter[0] != names.prefix:  # rebuilt if the prefix setting changes (tests)
+        _limiter = (names.prefix, RateLimiter(_client(), names))
+    return _limiter[1]
 
 
-async def authenticate(authorization: str | None) -> Caller:
+async def authenticate(authorization: str | None) -> KeyIdentity:
+    """The identity of the request's API key (cache first, database on a miss); 401/403 otherwise."""
     token = bearer_token(authorization)
     if token is None:
         raise Unauthorized("missing API key: send `Authorization: Bearer <key>`")
     if not key_is_well_formed(token):
         raise Unauthorized("invalid API key")
     digest = key_hash(token)
-    raw = await _client().get(keycache.cache_key(digest))
-    if raw is None:
+    raw = await _client().get(keycache.names().api_key(digest))
+    identity = parse_entry(raw) if raw is not None else None
+    if identity is None:  # not cached, or a malformed entry: the database decides and rewrites it
         raw = await sync_to_async(api_key_entry_db)(digest)
-    if raw is None:
+        identity = parse_entry(raw) if raw is not None else None
+    if identity is None:
         raise Unauthorized("invalid or revoked API key")
-    limits = parse_entry(raw)
-    caller = Caller(identity_from_entry(raw), limits and limits.rate_per_s, limits and limits.burst)
-    if "inference" not in caller.identity.scopes:
+    if "inference" not in identity.scopes:
         raise Forbidden("this API key has no `inference` scope")
-    return caller
+    return identity
 
 
-async def enforce_rate_limit(caller: Caller) -> None:
+async def enforce_rate_limit(identity: KeyIdentity) -> None:
     """Raise RateLimited (429 with Retry-After) when the key is over its limit; no-op without one."""
-    if caller.rate_per_s is None or caller.burst is None:
+    if identity.rate_per_s is None or identity.burst is None:
         return
-    wait = await _rate_limiter().acquire(str(caller.identity.key_id), caller.rate_per_s, caller.burst)
+    wait = await _rate_limiter().acquire(identity.key_id, identity.rate_per_s, identity.burst)
     if wait > 0:
         seconds = max(1, int(-(-wait // 1)))
-        raise RateLimited(f"this API key is over its rate limit; retry in {seconds} s",
-                          headers={"Retry-After": str(seconds)})
+        raise RateLimited(
+            f"this API key is over its rate limit; retry in {seconds} s",
+            headers={"Retry-After": str(seconds)},
+        )

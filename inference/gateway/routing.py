@@ -42,12 +42,18 @@ def _load(name: str) -> Route | None:
     deployment = Deployment.objects.select_related("model_version__model").filter(name=name).first()
     if deployment is None:
         return None
-    replicas = deployment.replica_set.filter(state=ReplicaState.READY, node__status=NodeStatus.ONLINE).select_related("node")
+    replicas = deployment.replica_set.filter(
+        state=ReplicaState.READY, node__status=NodeStatus.ONLINE
+    ).select_related("node")
     endpoints = [Endpoint(r.pk, r.url, runner_token(r.pk), r.node.region) for r in replicas if r.url]
     return Route(
-        name=deployment.name, team_id=deployment.team_id, task=deployment.model_version.model.task,
-        model_version=str(deployment.model_version), paused=deployment.desired_state == DesiredState.PAUSED,
-        created=int(deployment.created_at.timestamp()), endpoints=endpoints,
+        name=deployment.name,
+        team_id=deployment.team_id,
+        task=deployment.model_version.model.task,
+        model_version=str(deployment.model_version),
+        paused=deployment.desired_state == DesiredState.PAUSED,
+        created=int(deployment.created_at.timestamp()),
+        endpoints=endpoints,
     )
 
 
@@ -75,7 +81,11 @@ class RouteTable:
 
     def pick(self, route: Route, exclude: set[int]) -> Endpoint | None:
         now = time.monotonic()
-        healthy = [e for e in route.endpoints if e.replica_id not in exclude and self._suspect.get(e.replica_id, 0) < now]
+        healthy = [
+            e
+            for e in route.endpoints
+            if e.replica_id not in exclude and self._suspect.get(e.replica_id, 0) < now
+        ]
         candidates = healthy or [e for e in route.endpoints if e.replica_id not in exclude]
         if not candidates:
             return None

@@ -24,7 +24,9 @@ def session() -> aiohttp.ClientSession:
     """One pooled client per process, created in the serving event loop on first use."""
     global _session
     if _session is None or _session.closed:
-        connector = aiohttp.TCPConnector(limit=256, limit_per_host=64, keepalive_timeout=30, ttl_dns_cache=300)
+        connector = aiohttp.TCPConnector(
+            limit=256, limit_per_host=64, keepalive_timeout=30, ttl_dns_cache=300
+        )
         timeout = aiohttp.ClientTimeout(total=settings.GATEWAY_TIMEOUT_S, sock_connect=2.0)
         _session = aiohttp.ClientSession(
             connector=connector, timeout=timeout, auto_decompress=False, skip_auto_headers=("User-Agent",)

@@ -1,7 +1,7 @@
 """Entry point: ``python -m inference.runner --model-dir DIR --port N``.
 
 Order of events: validate arguments and manifest (exit 2 on failure, before listening), listen
-and print ``LANTAU_RUNNER_LISTENING port=<N>``, load the ONNX session once and warm it up in a
+and print the listening line (``contract.listening``), load the ONNX session once and warm it up in a
 thread (``/healthz`` answers meanwhile), then mark ready. SIGTERM/SIGINT drain the queue and exit 0.
 """
 
@@ -15,6 +15,8 @@ import socket
 import sys
 
 from aiohttp import web
+
+from contract.listening import format_listening
 
 from .app import STATE, State, create_app
 from .batcher import Batcher
@@ -82,7 +84,7 @@ async def serve(config: RunnerConfig, manifest: Manifest) -> int:
         return 1
     await web.SockSite(runner, sock).start()
     state.edge.listening_on(sock.getsockname()[1])
-    print(f"LANTAU_RUNNER_LISTENING port={sock.getsockname()[1]}", flush=True)
+    print(format_listening(sock.getsockname()[1]), flush=True)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

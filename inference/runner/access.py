@@ -14,8 +14,10 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from contract.apikeys import bearer_token
+
 from .errors import Forbidden, RateLimited, Unauthorized
-from .keys import KeyCache, bearer_token
+from .keys import KeyCache
 from .ratelimit import RateLimiter
 
 TOKEN_HEADER = "X-Lantau-Runner-Token"

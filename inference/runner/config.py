@@ -3,34 +3,26 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
-from .generation.spec import parse_generation
+from contract.generation import GenerationSpec
+from contract.manifest import MANIFEST_NAME, ManifestError, ModelManifest, Preprocessing, Task
+from contract.redis_keys import DEFAULT_PREFIX, PREFIX_ENV, RedisKeys
 
-MANIFEST_NAME = "lantau.json"
+from .errors import ConfigError
+
+__all__ = ["MANIFEST_NAME", "Manifest", "Preprocessing", "RunnerConfig", "load_manifest", "parse_args"]
+
 TOKEN_ENV = "LANTAU_RUNNER_TOKEN"
 REDIS_ENV = "LANTAU_REDIS_URL"
 REPLICA_ENV = "LANTAU_REPLICA_ID"
-IMAGE_CLASSIFICATION = "image-classification"
-FEATURE_EXTRACTION = "feature-extraction"
-TEXT_CLASSIFICATION = "text-classification"
-TEXT_GENERATION = "text-generation"
-TASKS = (IMAGE_CLASSIFICATION, FEATURE_EXTRACTION, TEXT_CLASSIFICATION, TEXT_GENERATION)
-POOLINGS = ("mean", "cls")
-OUTPUTS = ("logits", "probabilities")
-
-
-@dataclass(frozen=True)
-class Preprocessing:
-    input_size: tuple[int, int]  # (height, width) of the model input
-    resize_shorter: int
-    mean: tuple[float, float, float]  # on the 0..1 scale, RGB
-    std: tuple[float, float, float]
+IMAGE_CLASSIFICATION = Task.IMAGE_CLASSIFICATION
+FEATURE_EXTRACTION = Task.FEATURE_EXTRACTION
+TEXT_CLASSIFICATION = Task.TEXT_CLASSIFICATION
+TEXT_GENERATION = Task.TEXT_GENERATION
 
 
 @dataclass(frozen=True)
@@ -46,7 +38,7 @@ class Manifest:
     max_length: int = 256
     pooling: str = "mean"
     normalize: bool = True
-    generation: Any = None  # generation.spec.GenerationSpec for text-generation
+    generation: GenerationSpec | None = None  # for text-generation
     team_id: int | None = None  # the owning team: API keys of other teams are refused
 
 
@@ -66,6 +58,11 @@ class RunnerConfig:
     replica: str = ""  # names this process in live metrics; host:port when empty
     preprocess_threads: int = 0  # 0 = sized from the cores
     spinning: bool = False  # let onnxruntime's threads busy-wait (lower latency on dedicated cores)
+    redis_prefix: str = DEFAULT_PREFIX  # the install's namespace in Redis (contract.redis_keys)
+
+    @property
+    def redis_keys(self) -> RedisKeys:
+        return RedisKeys(self.redis_prefix)
 
 
 def preprocess_pool_size(requested: int = 0) -> int:
@@ -115,7 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"Redis for API keys, rate limits, usage and live metrics (env {REDIS_ENV})",
     )
     parser.add_argument(
-        "--replica", default=os.environ.get(REPLICA_ENV, ""), help=f"replica name in metrics (env {REPLICA_ENV})"
+        "--redis-prefix",
+        default=os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX,
+        help=f"the install's Redis key prefix, as the console's (env {PREFIX_ENV}, default {DEFAULT_PREFIX})",
+    )
+    parser.add_argument(
+        "--replica",
+        default=os.environ.get(REPLICA_ENV, ""),
+        help=f"replica name in metrics (env {REPLICA_ENV})",
     )
     parser.add_argument(
         "--preprocess-threads", default=0, type=_positive(int, 0), help="0 = sized from the cores"
@@ -131,6 +135,10 @@ def parse_args(argv: list[str] | None = None) -> RunnerConfig:
     args = build_parser().parse_args(argv)
     if args.port > 65535:
         raise ConfigError(f"--port must be <= 65535, got {args.port}")
+    try:
+        RedisKeys(args.redis_prefix)
+    except ValueError as exc:
+        raise ConfigError(f"--redis-prefix: {exc}") from None
     return RunnerConfig(
         model_dir=args.model_dir,
         host=args.host,
@@ -146,18 +154,8 @@ def parse_args(argv: list[str] | None = None) -> RunnerConfig:
         replica=args.replica,
         preprocess_threads=args.preprocess_threads,
         spinning=args.spinning,
+        redis_prefix=args.redis_prefix,
     )
-
-
-def _require(data: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
-    if key not in data:
-        if default is ...:
-            raise ConfigError(f"manifest: missing field {key!r}")
-        return default
-    value = data[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"manifest: field {key!r} has the wrong type ({type(value).__name__})")
-    return value
 
 
 def _file_in(model_dir: Path, name: str, key: str) -> Path:
@@ -169,82 +167,32 @@ def _file_in(model_dir: Path, name: str, key: str) -> Path:
     return path
 
 
-def _numbers(value: Any, key: str, count: int) -> tuple[float, ...]:
-    ok = isinstance(value, list) and len(value) == count
-    if not ok or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
-        raise ConfigError(f"manifest: preprocessing.{key} must be a list of {count} numbers")
-    return tuple(float(v) for v in value)
-
-
-def _preprocessing(data: Any) -> Preprocessing:
-    if not isinstance(data, dict):
-        raise ConfigError("manifest: 'preprocessing' must be an object for image-classification")
-    size = _numbers(data.get("input_size"), "input_size", 2)
-    if not all(v == int(v) and v > 0 for v in size):
-        raise ConfigError("manifest: preprocessing.input_size must be two positive integers")
-    height, width = int(size[0]), int(size[1])
-    shorter = data.get("resize_shorter", min(height, width))
-    if not isinstance(shorter, int) or isinstance(shorter, bool) or shorter < 1:
-        raise ConfigError("manifest: preprocessing.resize_shorter must be a positive integer")
-    mean = _numbers(data.get("mean", [0.485, 0.456, 0.406]), "mean", 3)
-    std = _numbers(data.get("std", [0.229, 0.224, 0.225]), "std", 3)
-    if any(v <= 0 for v in std):
-        raise ConfigError("manifest: preprocessing.std values must be > 0")
-    return Preprocessing((height, width), shorter, mean, std)  # type: ignore[arg-type]
-
-
 def load_manifest(model_dir: Path) -> Manifest:
-    """Read and validate ``model_dir/lantau.json``; raise ConfigError with a one-line reason."""
+    """Read and validate ``model_dir/lantau.json`` (``contract.manifest``); raise ConfigError with a one-line reason."""
     path = model_dir / MANIFEST_NAME
     if not model_dir.is_dir():
         raise ConfigError(f"model directory {model_dir} does not exist")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        wire = ModelManifest.from_json(path.read_bytes())
     except FileNotFoundError:
         raise ConfigError(f"manifest {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"manifest {path} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError("manifest: top level must be an object")
-    deployment = _require(data, "deployment", str)
-    if not deployment.strip():
-        raise ConfigError("manifest: 'deployment' must not be empty")
-    task = _require(data, "task", str)
-    if task not in TASKS:
-        raise ConfigError(f"manifest: unsupported task {task!r} (expected one of {', '.join(TASKS)})")
-    common = {
-        "deployment": deployment,
-        "model_version": _require(data, "model_version", str, deployment),
-        "task": task,
-        "model_path": _file_in(model_dir, _require(data, "model_file", str), "model_file"),
-        "team_id": _require(data, "team_id", int, None),
-    }
-    if task == IMAGE_CLASSIFICATION:
-        labels = _require(data, "labels", list, [])
-        if not all(isinstance(label, str) for label in labels):
-            raise ConfigError("manifest: 'labels' must be a list of strings")
-        output = _require(data, "output", str, "logits")
-        if output not in OUTPUTS:
-            raise ConfigError(f"manifest: 'output' must be one of {', '.join(OUTPUTS)}")
-        prep = _preprocessing(data.get("preprocessing"))
-        return Manifest(**common, labels=tuple(labels), output=output, preprocessing=prep)
-    if task == TEXT_GENERATION:
-        tokenizer = _file_in(model_dir, _require(data, "tokenizer_file", str), "tokenizer_file")
-        return Manifest(**common, tokenizer_path=tokenizer, generation=parse_generation(data.get("generation")))
-    max_length = _require(data, "max_length", int, 256)
-    if max_length < 2:
-        raise ConfigError("manifest: 'max_length' must be >= 2")
-    pooling = _require(data, "pooling", str, "mean")
-    if pooling not in POOLINGS:
-        raise ConfigError(f"manifest: 'pooling' must be one of {', '.join(POOLINGS)}")
-    labels = _require(data, "labels", list, []) if task == TEXT_CLASSIFICATION else []
-    if not all(isinstance(label, str) for label in labels):
-        raise ConfigError("manifest: 'labels' must be a list of strings")
+    except OSError as exc:
+        raise ConfigError(f"manifest {path} cannot be read: {exc}") from None
+    except ManifestError as exc:
+        raise ConfigError(str(exc).replace("manifest is", f"manifest {path} is", 1)) from None
+    tokenizer = wire.tokenizer_file
     return Manifest(
-        **common,
-        labels=tuple(labels),
-        tokenizer_path=_file_in(model_dir, _require(data, "tokenizer_file", str), "tokenizer_file"),
-        max_length=max_length,
-        pooling=pooling,
-        normalize=_require(data, "normalize", bool, True),
+        deployment=wire.deployment,
+        model_version=wire.model_version,
+        task=wire.task,
+        model_path=_file_in(model_dir, wire.model_file, "model_file"),
+        labels=wire.labels,
+        output=wire.output,
+        preprocessing=wire.preprocessing,
+        tokenizer_path=_file_in(model_dir, tokenizer, "tokenizer_file") if tokenizer is not None else None,
+        max_length=wire.max_length,
+        pooling=wire.pooling,
+        normalize=wire.normalize,
+        generation=wire.generation,
+        team_id=wire.team_id,
     )

@@ -34,11 +34,13 @@ class Edge:
             self.redis = aioredis.Redis.from_url(
                 config.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0, health_check_interval=30
             )
-            keys, limiter = KeyCache(self.redis), RateLimiter(self.redis)
-            self.usage = UsageRecorder(self.redis)
+            names = config.redis_keys
+            keys, limiter = KeyCache(self.redis, names), RateLimiter(self.redis, names)
+            self.usage = UsageRecorder(self.redis, names)
             self.live = LivePublisher(
                 self.redis,
                 metrics,
+                names=names,
                 deployment=manifest.deployment,
                 model_version=manifest.model_version,
                 replica=config.replica or f"{socket.gethostname()}:{config.port}",  # see listening_on

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 
+from contract.envelope import error_envelope
+
 
 class RunnerError(Exception):
-    """An error answered to the client as ``{"error": {"type", "message"}}``."""
+    """An error answered to the client in the error envelope (``contract.envelope``)."""
 
     status = 500
     type = "internal_error"
@@ -15,6 +17,9 @@ class RunnerError(Exception):
         super().__init__(message)
         self.message = message
         self.headers = headers or {}
+
+    def as_dict(self) -> dict[str, dict[str, str]]:
+        return error_envelope(self.type, self.message)
 
 
 class BadRequest(RunnerError):
@@ -71,7 +76,8 @@ class RateLimited(RunnerError):
     def __init__(self, retry_after_s: float) -> None:
         seconds = max(1, math.ceil(retry_after_s))
         super().__init__(
-            f"this API key is over its rate limit; retry in {seconds} s", headers={"Retry-After": str(seconds)}
+            f"this API key is over its rate limit; retry in {seconds} s",
+            headers={"Retry-After": str(seconds)},
         )
 
 

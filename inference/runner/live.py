@@ -1,7 +1,7 @@
 """The once-per-second live summary, published to Redis for the console's live charts.
 
-Each second: ``PUBLISH lantau:metrics:<deployment> <json>`` for open pages and
-``SET lantau:metrics:last:<deployment>:<replica> <json> EX 10`` for whoever arrives later, in one
+Each second: ``PUBLISH <prefix>:metrics:<deployment> <json>`` for open pages and
+``SET <prefix>:metrics:last:<deployment>:<replica> <json> EX 10`` (``contract.redis_keys``) for whoever arrives later, in one
 pipeline. The JSON holds p50/p95/p99 latency of the last second, requests/s, errors, throttled
 requests, mean batch size and queue depth (see ``metrics.Window.summary``).
 """
@@ -16,12 +16,12 @@ import time
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
+from contract.redis_keys import RedisKeys
+
 from .metrics import Metrics
 
 log = logging.getLogger("lantau.runner.live")
 
-CHANNEL_PREFIX = "lantau:metrics:"
-LAST_PREFIX = "lantau:metrics:last:"
 LAST_TTL_S = 10
 WARN_EVERY_S = 60.0
 
@@ -32,6 +32,7 @@ class LivePublisher:
         redis: aioredis.Redis,
         metrics: Metrics,
         *,
+        names: RedisKeys,
         deployment: str,
         model_version: str,
         replica: str,
@@ -39,16 +40,17 @@ class LivePublisher:
     ) -> None:
         self._redis = redis
         self._metrics = metrics
+        self._names = names
         self.interval_s = interval_s
         self.identity = {"deployment": deployment, "model_version": model_version, "replica": replica}
-        self.channel = CHANNEL_PREFIX + deployment
+        self.channel = names.metrics_channel(deployment)
         self.last_key = ""
         self.rename(replica)
         self._warned = 0.0
 
     def rename(self, replica: str) -> None:
         self.identity["replica"] = replica
-        self.last_key = f"{LAST_PREFIX}{self.identity['deployment']}:{replica}"
+        self.last_key = self._names.metrics_last(self.identity["deployment"], replica)
 
     def payload(self) -> str:
         summary = {**self.identity, "ts": round(time.time(), 3), **self._metrics.take_window()}

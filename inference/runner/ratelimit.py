@@ -1,6 +1,6 @@
 """Per-key rate limits: a token bucket kept in Redis and updated atomically by one Lua script.
 
-All replicas (and the gateway) of a deployment share the bucket ``lantau:ratelimit:<key_id>``, so a
+All replicas (and the gateway) of a deployment share the bucket ``<prefix>:ratelimit:<key_id>`` (``contract.redis_keys``), so a
 key's limit holds however its requests are spread. The script uses Redis' clock, never the callers'.
 """
 
@@ -12,9 +12,10 @@ import time
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
+from contract.redis_keys import RedisKeys
+
 log = logging.getLogger("lantau.runner.ratelimit")
 
-BUCKET_PREFIX = "lantau:ratelimit:"
 WARN_EVERY_S = 60.0
 
 # KEYS[1] bucket; ARGV rate (tokens/s), burst (capacity), cost. Returns {allowed 0/1, wait seconds as text}.
@@ -45,13 +46,16 @@ return {allowed, tostring(wait)}
 class RateLimiter:
     """``acquire`` returns 0.0 when the request may go ahead, else the seconds until it could."""
 
-    def __init__(self, redis: aioredis.Redis) -> None:
+    def __init__(self, redis: aioredis.Redis, names: RedisKeys) -> None:
+        self._names = names
         self._script = redis.register_script(TOKEN_BUCKET)
         self._warned = 0.0
 
     async def acquire(self, key_id: str, rate_per_s: float, burst: int, cost: int = 1) -> float:
         try:
-            allowed, wait = await self._script(keys=[BUCKET_PREFIX + key_id], args=[rate_per_s, burst, cost])
+            allowed, wait = await self._script(
+                keys=[self._names.rate_limit(key_id)], args=[rate_per_s, burst, cost]
+            )
         except (RedisError, OSError) as exc:
             # Fail open: an unreachable Redis must not take the whole API down with it.
             now = time.monotonic()

@@ -1,7 +1,7 @@
 """Usage counters per API key (requests, images, tokens), summed in-process and flushed to Redis.
 
 A request only adds to a dict; a background task sends the sums every ``interval_s`` as one pipelined
-``HINCRBY`` batch on ``lantau:usage:<key_id>`` (fields ``requests``, ``images``, ``tokens``), so the
+``HINCRBY`` batch on ``<prefix>:usage:<key_id>`` (``contract.redis_keys``) (fields ``requests``, ``images``, ``tokens``), so the
 event loop never waits on Redis for accounting. Sums that fail to send are kept for the next flush.
 """
 
@@ -18,9 +18,10 @@ from aiohttp import web
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
+from contract.redis_keys import RedisKeys
+
 log = logging.getLogger("lantau.runner.usage")
 
-USAGE_PREFIX = "lantau:usage:"
 FIELDS = ("requests", "images", "tokens")
 WARN_EVERY_S = 60.0
 
@@ -37,8 +38,9 @@ def record_usage(request: web.Request, *, images: int = 0, tokens: int = 0) -> N
 
 
 class UsageRecorder:
-    def __init__(self, redis: aioredis.Redis, interval_s: float = 0.5) -> None:
+    def __init__(self, redis: aioredis.Redis, names: RedisKeys, interval_s: float = 0.5) -> None:
         self._redis = redis
+        self._names = names
         self.interval_s = interval_s
         self._pending: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
         self._warned = 0.0
@@ -57,7 +59,7 @@ class UsageRecorder:
         for key_id, counts in pending.items():
             for field, amount in zip(FIELDS, counts, strict=True):
                 if amount:
-                    pipe.hincrby(USAGE_PREFIX + key_id, field, amount)
+                    pipe.hincrby(self._names.usage(key_id), field, amount)
         try:
             await pipe.execute()
         except (RedisError, OSError) as exc:

@@ -13,13 +13,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.services import audit_record
+from contract.generation import GenerationSpec
+from contract.manifest import ManifestError, ModelManifest, Preprocessing, Task
+from contract.replicas import REPORTABLE
 from core.errors import Conflict, ValidationFailed
 from inference import queue
 from inference.live import publish_deployment_status
 from inference.models import Deployment, ModelVersion, Node, NodeStatus, Region, Replica, ReplicaState
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-_REPORTABLE = {ReplicaState.STARTING, ReplicaState.READY, ReplicaState.FAILED}
 
 
 def token_hash(token: str) -> str:
@@ -40,8 +42,13 @@ def node_token_create(*, name: str, region: str, actor=None, max_replicas: int =
     token = f"ltn_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
         node, created = Node.objects.select_for_update().get_or_create(
-            name=name, defaults={"region": region, "token_prefix": token[:12], "token_hash": token_hash(token),
-                                 "max_replicas": max_replicas},
+            name=name,
+            defaults={
+                "region": region,
+                "token_prefix": token[:12],
+                "token_hash": token_hash(token),
+                "max_replicas": max_replicas,
+            },
         )
         if not created:
             node.region, node.token_prefix, node.token_hash = region, token[:12], token_hash(token)
@@ -56,42 +63,72 @@ def node_authenticate(token: str | None) -> Node | None:
     return Node.objects.filter(token_hash=token_hash(token)).first()
 
 
-def manifest_for(replica: Replica) -> dict:
-    """What the runner reads from `lantau.json` in its model folder."""
+def manifest_for(replica: Replica) -> ModelManifest:
+    """What the runner reads from `lantau.json` in its model folder; ManifestError if the version cannot
+    be served. Labels come from the version's labels file (added by the agent) when it has one."""
     version: ModelVersion = replica.model_version
     deployment: Deployment = replica.deployment
-    manifest = {
-        "deployment": deployment.name,
-        "model_version": str(version),
-        "task": version.model.task,
-        "team_id": deployment.team_id,
-        "model_file": "model.onnx",
-        "preprocessing": version.preprocessing,
-    }
-    if not any(a.role == "labels" for a in version.artifacts.all()):
-        manifest["labels"] = version.labels  # versions stored before labels became a file
-    if version.model.task in ("feature-extraction", "text-generation", "text-classification"):
-        manifest.update({"tokenizer_file": "tokenizer.json", **version.runtime_config})
-    return manifest
+    task = version.model.task
+    has_labels_file = any(a.role == "labels" for a in version.artifacts.all())
+    fields: dict = {"deployment": deployment.name, "model_version": str(version), "task": task,
+                    "team_id": deployment.team_id, "model_file": "model.onnx",
+                    "labels": () if has_labels_file else tuple(version.labels or ())}  # fmt: skip
+    runtime = version.runtime_config or {}
+    if task == Task.IMAGE_CLASSIFICATION:
+        fields["preprocessing"] = Preprocessing.from_dict(version.preprocessing)
+    elif task == Task.TEXT_GENERATION:
+        fields |= {
+            "tokenizer_file": "tokenizer.json",
+            "generation": GenerationSpec.from_dict(runtime.get("generation")),
+        }
+    else:
+        fields["tokenizer_file"] = "tokenizer.json"
+        fields |= {key: runtime[key] for key in ("max_length", "pooling", "normalize") if key in runtime}
+    return ModelManifest(**fields)
+
+
+def _desired_manifest(replica: Replica) -> dict:
+    """The manifest as sent to the agent, or the reason the version cannot be served (the agent reports
+    the replica failed with it, as it would a runner that refused the manifest)."""
+    try:
+        return {"manifest": manifest_for(replica).to_dict()}
+    except ManifestError as exc:
+        return {"manifest": None, "error": str(exc)}
 
 
 def desired_for(node: Node) -> list[dict]:
-    replicas = (Replica.objects.filter(node=node).select_related("deployment", "model_version__model")
-                .prefetch_related("model_version__artifacts"))
+    replicas = (
+        Replica.objects.filter(node=node)
+        .select_related("deployment", "model_version__model")
+        .prefetch_related("model_version__artifacts")
+    )
     out = []
     for r in replicas:
         artifacts = [
-            {"filename": a.filename, "sha256": a.sha256, "size": a.size_bytes,
-             "url": f"/api/v1/nodes/artifacts/{a.sha256}"}
+            {
+                "filename": a.filename,
+                "sha256": a.sha256,
+                "size": a.size_bytes,
+                "url": f"/api/v1/nodes/artifacts/{a.sha256}",
+            }
             for a in r.model_version.artifacts.all()
         ]
-        out.append({
-            "id": r.pk, "deployment": r.deployment.name, "version_id": r.model_version_id,
-            "artifacts": artifacts, "manifest": manifest_for(r), "device": r.deployment.device,
-            "batching": {"max_batch_size": r.deployment.max_batch_size,
-                         "max_queue_delay_ms": r.deployment.max_queue_delay_ms},
-            "runner_token": runner_token(r.pk),
-        })
+        out.append(
+            {
+                "id": r.pk,
+                "deployment": r.deployment.name,
+                "version_id": r.model_version_id,
+                "artifacts": artifacts,
+                **_desired_manifest(r),
+                "device": r.deployment.device,
+                "batching": {
+                    "max_batch_size": r.deployment.max_batch_size,
+                    "max_queue_delay_ms": r.deployment.max_queue_delay_ms,
+                },
+                "runner_token": runner_token(r.pk),
+                "redis_prefix": settings.REDIS_PREFIX,
+            }
+        )
     return out
 
 
@@ -114,18 +151,25 @@ def node_heartbeat(*, node: Node, region: str, inventory: dict, replicas: list[d
 
 
 def _apply_report(node: Node, report: dict) -> None:
-    state = report.get("state")
-    if state not in _REPORTABLE:
+    state, replica_id = report.get("state"), report.get("id")
+    if state not in REPORTABLE or replica_id is None:  # no replica has a null pk: nothing would match
         return
-    fields = {"state": state, "url": str(report.get("url") or "")[:200], "error": str(report.get("error") or "")[:2000]}
-    changed = Replica.objects.filter(node=node, pk=report.get("id")).exclude(**fields).update(**fields)
+    fields = {
+        "state": state,
+        "url": str(report.get("url") or "")[:200],
+        "error": str(report.get("error") or "")[:2000],
+    }
+    changed = Replica.objects.filter(node=node, pk=replica_id).exclude(**fields).update(**fields)
     if not changed:
         return
-    deployment = Deployment.objects.filter(replica_set__pk=report.get("id")).first()
+    deployment = Deployment.objects.filter(replica_set__pk=replica_id).first()
     if deployment is None:
         return
     publish_deployment_status(deployment)
-    if state in (ReplicaState.FAILED, ReplicaState.READY):  # replace the failed; retire old versions once ready
+    if state in (
+        ReplicaState.FAILED,
+        ReplicaState.READY,
+    ):  # replace the failed; retire old versions once ready
         queue.deployment_reconcile_later(deployment.pk)
 
 

@@ -1,15 +1,17 @@
 import pytest
 from django.test import Client
 
-from accounts.keys import key_hash
 from accounts.models import ApiKey, AuditEvent
 from accounts.selectors import api_key_authenticate
+from contract.apikeys import key_hash
 
 pytestmark = pytest.mark.django_db
 
 
 def test_created_key_is_shown_once_and_stored_only_as_hash(owner_client, team):
-    r = owner_client.post("/api/v1/keys", {"name": "ci", "scopes": ["inference"]}, content_type="application/json")
+    r = owner_client.post(
+        "/api/v1/keys", {"name": "ci", "scopes": ["inference"]}, content_type="application/json"
+    )
     assert r.status_code == 201
     clear = r.json()["key"]
     stored = ApiKey.objects.get(team=team)
@@ -66,11 +68,14 @@ def test_session_writes_need_a_csrf_token(owner):
 
 def test_manage_key_works_as_bearer_for_the_management_api(owner_client):
     client = Client()
-    clear = owner_client.post("/api/v1/keys", {"name": "m", "scopes": ["manage"]},
-                              content_type="application/json").json()["key"]
+    clear = owner_client.post(
+        "/api/v1/keys", {"name": "m", "scopes": ["manage"]}, content_type="application/json"
+    ).json()["key"]
     r = client.get("/api/v1/keys", HTTP_AUTHORIZATION=f"Bearer {clear}")
     assert r.status_code == 200 and len(r.json()) == 1
-    inference_only = owner_client.post("/api/v1/keys", {"name": "i"}, content_type="application/json").json()["key"]
+    inference_only = owner_client.post("/api/v1/keys", {"name": "i"}, content_type="application/json").json()[
+        "key"
+    ]
     assert client.get("/api/v1/keys", HTTP_AUTHORIZATION=f"Bearer {inference_only}").status_code == 401
 
 
@@ -92,24 +97,37 @@ def test_new_keys_are_cached_at_once_with_their_rate_limit_and_sync_repairs_the_
     from accounts import keycache
     from accounts.services import api_keys_sync
 
-    r = owner_client.post("/api/v1/keys", {"name": "limited", "rate_per_s": 5, "burst": 10},
-                          content_type="application/json")
+    r = owner_client.post(
+        "/api/v1/keys", {"name": "limited", "rate_per_s": 5, "burst": 10}, content_type="application/json"
+    )
     # on_commit callbacks do not fire inside the test transaction: run the sync that the worker runs every minute
     stored = ApiKey.objects.get(team=team)
     assert r.json()["rate_per_s"] == 5 and stored.burst == 10
     keycache.cache_drop(stored.key_hash)
     assert api_keys_sync() >= 1
-    entry = json.loads(keycache.client().get(keycache.cache_key(stored.key_hash)))
-    assert entry == {"key_id": stored.pk, "team_id": team.pk, "scopes": ["inference"], "rate_per_s": 5.0, "burst": 10}
-    assert keycache.client().ttl(keycache.cache_key(stored.key_hash)) == -1  # lives until revoked
+    entry = json.loads(keycache.client().get(keycache.names().api_key(stored.key_hash)))
+    assert entry == {
+        "key_id": stored.pk,
+        "team_id": team.pk,
+        "scopes": ["inference"],
+        "rate_per_s": 5.0,
+        "burst": 10,
+    }
+    assert keycache.client().ttl(keycache.names().api_key(stored.key_hash)) == -1  # lives until revoked
     owner_client.delete(f"/api/v1/keys/{stored.pk}")
-    assert keycache.client().get(keycache.cache_key(stored.key_hash)) is None
+    assert keycache.client().get(keycache.names().api_key(stored.key_hash)) is None
     api_keys_sync()
-    assert keycache.client().get(keycache.cache_key(stored.key_hash)) is None
+    assert keycache.client().get(keycache.names().api_key(stored.key_hash)) is None
 
 
-@pytest.mark.parametrize("fields, message", [({"rate_per_s": 0}, "rate_per_s"), ({"burst": 5}, "burst needs"),
-                                             ({"rate_per_s": 1, "burst": 0}, "burst")])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"rate_per_s": 0}, "rate_per_s"),
+        ({"burst": 5}, "burst needs"),
+        ({"rate_per_s": 1, "burst": 0}, "burst"),
+    ],
+)
 def test_bad_rate_limits_are_422(owner_client, fields, message):
     r = owner_client.post("/api/v1/keys", {"name": "k", **fields}, content_type="application/json")
     assert r.status_code == 422 and message in r.json()["error"]["message"]
@@ -120,10 +138,10 @@ def test_key_page_shows_usage_counted_by_the_runners(owner_client, team):
 
     owner_client.post("/api/v1/keys", {"name": "counted"}, content_type="application/json")
     key = ApiKey.objects.get(team=team)
-    keycache.client().delete(f"{keycache.USAGE_PREFIX}{key.pk}")
-    keycache.client().hset(f"{keycache.USAGE_PREFIX}{key.pk}", mapping={"requests": 12, "images": 12})
+    keycache.client().delete(keycache.names().usage(key.pk))
+    keycache.client().hset(keycache.names().usage(key.pk), mapping={"requests": 12, "images": 12})
     try:
         page = owner_client.get("/accounts/keys/").content.decode()
     finally:
-        keycache.client().delete(f"{keycache.USAGE_PREFIX}{key.pk}")
+        keycache.client().delete(keycache.names().usage(key.pk))
     assert "12 requests, 12 images" in page

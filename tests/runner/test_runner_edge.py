@@ -1,13 +1,11 @@
 """A runner started with --redis-url: API keys from the console's cache, revocation, rate limits, usage
-counters and the live metrics it publishes. Cache entries are written here with redis-py, in the format
-the console's accounts/keycache.py writes."""
+counters and the live metrics it publishes. Cache entries are written here with redis-py, with the
+contract's entry format and key names (what the console's accounts/keycache.py writes)."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
-import secrets
 import shutil
 import time
 from pathlib import Path
@@ -16,7 +14,10 @@ import httpx
 import pytest
 import redis
 from PIL import Image
-from runner_harness import (
+
+from contract.apikeys import entry_json, key_generate, key_hash
+from contract.redis_keys import RedisKeys
+from tests.support.runners import (
     RUNNER_TOKEN,
     Runner,
     image_manifest,
@@ -27,10 +28,11 @@ from runner_harness import (
 
 TEAM = 7
 PREDICT = "/v1/deployments/keyed/predict"
+NAMES = RedisKeys()  # the default prefix, as the runner has without --redis-prefix
 
 
 def new_key() -> str:
-    return f"lt_{secrets.token_hex(4)}_{secrets.token_urlsafe(32)}"
+    return key_generate()[0]
 
 
 def jpeg() -> bytes:
@@ -68,10 +70,9 @@ def issue_key(store):
 
     def issue(key_id: int, team_id: int = TEAM, scopes=("inference",), **limits) -> str:
         key = new_key()
-        entry = {"key_id": key_id, "team_id": team_id, "scopes": list(scopes), **limits}
-        name = "lantau:apikey:" + hashlib.sha256(key.encode()).hexdigest()
-        store.set(name, json.dumps(entry), ex=300)
-        written.extend([name, f"lantau:usage:{key_id}", f"lantau:ratelimit:{key_id}"])
+        name = NAMES.api_key(key_hash(key))
+        store.set(name, entry_json(key_id=key_id, team_id=team_id, scopes=scopes, **limits), ex=300)
+        written.extend([name, NAMES.usage(key_id), NAMES.rate_limit(key_id)])
         return key
 
     yield issue
@@ -100,7 +101,7 @@ def test_api_key_from_the_redis_cache_is_accepted_directly(keyed_runner, issue_k
 def test_revoked_key_is_refused_within_a_second(keyed_runner, issue_key, store) -> None:
     key = issue_key(9002)
     assert predict(keyed_runner, key).status_code == 200
-    store.delete("lantau:apikey:" + hashlib.sha256(key.encode()).hexdigest())  # what revocation does
+    store.delete(NAMES.api_key(key_hash(key)))  # what revocation does
     time.sleep(1.1)  # the runner trusts a positive answer for at most one second
     assert_error(predict(keyed_runner, key), 401, "unauthorized")
 
@@ -149,7 +150,7 @@ def test_usage_counters_count_requests_and_images_per_key(keyed_runner, issue_ke
     assert predict(keyed_runner, **gateway).status_code == 200  # the gateway names the key it checked
 
     def counters() -> dict[bytes, bytes]:
-        found = store.hgetall("lantau:usage:9006")
+        found = store.hgetall(NAMES.usage(9006))
         return found if found.get(b"requests") == b"4" else {}
 
     assert wait_for(counters) == {b"requests": b"4", b"images": b"4"}
@@ -158,7 +159,7 @@ def test_usage_counters_count_requests_and_images_per_key(keyed_runner, issue_ke
 def test_live_metrics_are_published_every_second(keyed_runner, issue_key, store) -> None:
     key = issue_key(9007)
     pubsub = store.pubsub()
-    pubsub.subscribe("lantau:metrics:keyed")
+    pubsub.subscribe(NAMES.metrics_channel("keyed"))
     try:
         assert predict(keyed_runner, key).status_code == 200
         messages = []
@@ -175,14 +176,6 @@ def test_live_metrics_are_published_every_second(keyed_runner, issue_key, store)
             "latency_ms", "mean_batch_size", "queue_depth"} <= set(summary)  # fmt: skip
     assert summary["deployment"] == "keyed" and summary["replica"] == "r-test"
     assert set(summary["latency_ms"]) == {"p50", "p95", "p99"}
-    last = store.get("lantau:metrics:last:keyed:r-test")
-    assert last is not None and 0 < store.ttl("lantau:metrics:last:keyed:r-test") <= 10
+    last = store.get(NAMES.metrics_last("keyed", "r-test"))
+    assert last is not None and 0 < store.ttl(NAMES.metrics_last("keyed", "r-test")) <= 10
     assert json.loads(last)["deployment"] == "keyed"
-
-
-def test_runner_key_format_and_hash_match_the_console() -> None:
-    from accounts.keys import key_generate
-    from inference.runner.keys import KEY_PATTERN, key_digest
-
-    clear, _, digest = key_generate()
-    assert KEY_PATTERN.match(clear) and key_digest(clear) == digest

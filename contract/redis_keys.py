@@ -1,0 +1,55 @@
+"""Every Redis key name Lantau uses outside Celery and Channels, always under the install's prefix.
+
+The prefix is ``LANTAU_REDIS_PREFIX`` (default ``lantau``): the console reads it into
+``settings.REDIS_PREFIX`` and hands it to node agents in each desired replica, and agents pass it to
+runners (``--redis-prefix``). Two installs sharing one Redis therefore never see each other's keys.
+
+Writers and readers:
+  ``<p>:apikey:<sha256>``        console writes (accounts.keycache); gateway, runners, management API read
+  ``<p>:usage:<key_id>``         runners HINCRBY (runner.usage); the console's key list reads
+  ``<p>:ratelimit:<key_id>``     token bucket shared by runners and the gateway (runner.ratelimit)
+  ``<p>:metrics:<deployment>``   pub/sub channel: runners publish each second; the console's websocket reads
+  ``<p>:metrics:last:<deployment>:<replica>``  the last summary per replica (runners SET, console SCANs)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "lantau"
+PREFIX_ENV = "LANTAU_REDIS_PREFIX"
+# No glob characters (the metrics scan pattern would match other installs) and no whitespace.
+_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+
+
+@dataclass(frozen=True, slots=True)
+class RedisKeys:
+    """Key names under one prefix; build it once from the configured prefix."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        if not _PREFIX.match(self.prefix):
+            raise ValueError(
+                f"Redis prefix {self.prefix!r} is not allowed: use up to 64 letters, digits, '_', '.', ':' or '-'"
+            )
+
+    def api_key(self, key_hash: str) -> str:
+        return f"{self.prefix}:apikey:{key_hash}"
+
+    def usage(self, key_id: int | str) -> str:
+        return f"{self.prefix}:usage:{key_id}"
+
+    def rate_limit(self, key_id: int | str) -> str:
+        return f"{self.prefix}:ratelimit:{key_id}"
+
+    def metrics_channel(self, deployment: str) -> str:
+        return f"{self.prefix}:metrics:{deployment}"
+
+    def metrics_last(self, deployment: str, replica: str) -> str:
+        return f"{self.prefix}:metrics:last:{deployment}:{replica}"
+
+    def metrics_last_pattern(self, deployment: str) -> str:
+        """SCAN pattern for every replica's last summary of ``deployment``."""
+        return f"{self.prefix}:metrics:last:{deployment}:*"
