@@ -1,6 +1,9 @@
 from datetime import datetime
+from typing import Annotated
 
-from ninja import Schema
+from ninja import Field, Schema
+
+from inference.jobs.registry import KindNameSchema, KindOptionsSchema
 
 
 class ArtifactOut(Schema):
@@ -160,9 +163,11 @@ class HeartbeatIn(Schema):
 
 
 class JobIn(Schema):
+    """Start a job of ``kind`` on a version; ``options`` follow that kind's schema (x-options-by-kind)."""
+
     version_id: int
-    kind: str
-    options: dict = {}
+    kind: Annotated[str, KindNameSchema()] = Field(description="one of the registered job kinds")
+    options: Annotated[dict, KindOptionsSchema()] = {}
 
 
 class JobOut(Schema):

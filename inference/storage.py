@@ -8,16 +8,25 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from django.conf import settings
 
 from core.errors import PayloadTooLarge
 
 CHUNK = 1024 * 1024
+
+
+class StoredFile(Protocol):
+    """What linking needs of a version's file (an ``Artifact`` row): its name and its content hash."""
+
+    filename: str
+    sha256: str
 
 
 @dataclass
@@ -83,3 +92,41 @@ def commit(staged: StagedFile) -> tuple[Path, bool]:
 
 def exists(sha256: str) -> bool:
     return blob_path(sha256).exists()
+
+
+def link_artifacts(artifacts: Iterable[StoredFile], folder: Path) -> Path:
+    """Lay stored files out under their names: hard links into the store, copies across filesystems.
+
+    Not symbolic links: the format checks refuse links, as they should for anything uploaded.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    for artifact in artifacts:
+        target = folder / Path(artifact.filename).name
+        try:
+            os.link(blob_path(artifact.sha256), target)
+        except OSError:
+            shutil.copyfile(blob_path(artifact.sha256), target)
+    return folder
+
+
+def linked_folder(artifacts: Iterable[StoredFile]) -> Path:
+    """One folder per set of files (reused by later jobs), e.g. an ONNX model beside its external data.
+
+    Versions never change, so the folder is built once, under a temporary name, and renamed into place;
+    a job racing to build the same one keeps whichever landed first.
+    """
+    artifacts = list(artifacts)
+    base = Path(tempfile.gettempdir()) / "lantau-linked"
+    # Named by content, not by id: ids repeat across databases, contents do not.
+    content = hashlib.sha256("".join(sorted(a.sha256 + a.filename for a in artifacts)).encode())
+    folder = base / content.hexdigest()[:32]
+    if (folder / "model.onnx").exists():
+        return folder
+    base.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=".building-", dir=base))
+    link_artifacts(artifacts, building)
+    try:
+        os.rename(building, folder)
+    except OSError:  # built meanwhile by another job
+        shutil.rmtree(building, ignore_errors=True)
+    return folder

@@ -8,9 +8,9 @@ from __future__ import annotations
 from celery import shared_task
 
 from inference import queue
+from inference.jobs.runner import job_execute
 from inference.models import Deployment
 from inference.services.deployments import deployment_reconcile
-from inference.services.job_execution import job_execute
 from inference.services.jobs import jobs_reap
 from inference.services.nodes import nodes_sweep
 

@@ -16,11 +16,17 @@ def job_list(request, version_id: int | None = None):
 
 @router.post("", response={201: JobOut})
 def job_new(request, payload: JobIn):
-    """Start a job: `quantize_int8` (options: mode static|dynamic, method, per_channel, exclude_nodes, ...),
-    `fp16`, `optimize`, `evaluate`, `benchmark`."""
+    """Start a job of one of the registered kinds (`quantize_int8`, `fp16`, `optimize`, `export_onnx`,
+    `evaluate`, `benchmark`). `options` follow the kind's schema (see `x-options-by-kind` on the request
+    schema); an unknown or out-of-range option is refused with 422 naming it (`options.<name>: ...`)."""
     source = selectors.version_get(team=request.auth.team, version_id=payload.version_id)
-    job = job_start(team=request.auth.team, actor=request.auth.user, source=source, kind=payload.kind,
-                    options=payload.options)
+    job = job_start(
+        team=request.auth.team,
+        actor=request.auth.user,
+        source=source,
+        kind=payload.kind,
+        options=payload.options,
+    )
     return Status(201, selectors.job_get(team=request.auth.team, job_id=job.pk))
 
 

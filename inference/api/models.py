@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 from ninja import File, Form, Router, Status
 from ninja.files import UploadedFile
@@ -12,18 +13,19 @@ from inference import selectors
 from inference.schemas import JobOut, ModelOut, ModelVersionOut
 from inference.services.imports import model_import_start
 from inference.services.registry import UploadedModel, model_version_delete, model_version_upload
+from inference.validation.formats import PICKLE_MESSAGE
 
 router = Router(tags=["models"])
 
 
-def _chunks(f: UploadedFile | None):
-    return None if f is None else f.chunks(1024 * 1024)
+def _chunks(f: UploadedFile) -> Iterator[bytes]:
+    return f.chunks(1024 * 1024)
 
 
 def _read_text(f: UploadedFile | None, limit: int = 4 * 1024 * 1024) -> str:
     if f is None:
         return ""
-    if f.size > limit:
+    if f.size is not None and f.size > limit:
         raise ValidationFailed("labels file is larger than 4 MiB")
     try:
         return f.read().decode("utf-8")
@@ -41,14 +43,16 @@ def model_upload(
     request,
     name: Form[str],
     task: Form[str] = "",
-    file: File[UploadedFile] = None,
-    files: File[list[UploadedFile]] = None,
+    # ninja's idiom for an optional upload: `| None` in the annotation would turn each field of the
+    # OpenAPI document into anyOf[binary, null], which loses the file picker of /api/v1/docs.
+    file: File[UploadedFile] = None,  # type: ignore[assignment]
+    files: File[list[UploadedFile]] = None,  # type: ignore[assignment]
     labels: Form[str] = "",
     preprocessing: Form[str] = "",
     description: Form[str] = "",
     input_shape: Form[str] = "",
-    labels_file: File[UploadedFile] = None,
-    tokenizer: File[UploadedFile] = None,
+    labels_file: File[UploadedFile] = None,  # type: ignore[assignment]
+    tokenizer: File[UploadedFile] = None,  # type: ignore[assignment]
 ):
     """Upload a model.
 
@@ -64,23 +68,33 @@ def model_upload(
     labels_text = labels or _read_text(labels_file)
     if len(uploads) == 1 and _sniff_head(uploads[0]) == "onnx":
         upload = UploadedModel(
-            name=name.strip(), task=task.strip(), model_chunks=_chunks(uploads[0]), labels_text=labels_text,
-            tokenizer_chunks=_chunks(tokenizer), preprocessing=pre, description=description,
+            name=name.strip(),
+            task=task.strip(),
+            model_chunks=_chunks(uploads[0]),
+            labels_text=labels_text,
+            tokenizer_chunks=None if tokenizer is None else _chunks(tokenizer),
+            preprocessing=pre,
+            description=description,
         )
-        return Status(201, model_version_upload(team=request.auth.team, actor=request.auth.user, upload=upload))
+        return Status(
+            201, model_version_upload(team=request.auth.team, actor=request.auth.user, upload=upload)
+        )
     shape = _json_list(input_shape, "input_shape")
     extra = [tokenizer] if tokenizer else []
     job = model_import_start(
-        team=request.auth.team, actor=request.auth.user, name=name.strip(), task=task.strip(),
-        files=[(f.name, _chunks(f)) for f in uploads + extra], labels_text=labels_text, preprocessing=pre,
+        team=request.auth.team,
+        actor=request.auth.user,
+        name=name.strip(),
+        task=task.strip(),
+        files=[(f.name or "", _chunks(f)) for f in uploads + extra],
+        labels_text=labels_text,
+        preprocessing=pre,
         input_shape=shape,
     )
     return Status(202, job)
 
 
 def _sniff_head(f: UploadedFile) -> str:
-    from inference.validation.formats import PICKLE_MESSAGE
-
     head = f.read(8)
     f.seek(0)
     if head.startswith(b"PK\x03\x04"):
@@ -107,8 +121,14 @@ def _json_list(raw: str, what: str) -> list[int] | None:
         value = json.loads(raw)
     except json.JSONDecodeError:
         raise ValidationFailed(f"{what} must be a JSON list of integers, e.g. [1, 3, 224, 224]") from None
-    if not (isinstance(value, list) and 2 <= len(value) <= 6 and all(isinstance(v, int) and 0 < v < 100000 for v in value)):
-        raise ValidationFailed(f"{what} must be a JSON list of 2 to 6 positive integers, e.g. [1, 3, 224, 224]")
+    if not (
+        isinstance(value, list)
+        and 2 <= len(value) <= 6
+        and all(isinstance(v, int) and 0 < v < 100000 for v in value)
+    ):
+        raise ValidationFailed(
+            f"{what} must be a JSON list of 2 to 6 positive integers, e.g. [1, 3, 224, 224]"
+        )
     return value
 
 

@@ -7,135 +7,314 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('accounts', '0001_initial'),
+        ("accounts", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Node',
+            name="Node",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=64, unique=True)),
-                ('region', models.CharField(max_length=8)),
-                ('token_prefix', models.CharField(max_length=16)),
-                ('token_hash', models.CharField(max_length=64, unique=True)),
-                ('status', models.CharField(choices=[('online', 'Online'), ('offline', 'Offline'), ('draining', 'Draining')], default='offline', max_length=16)),
-                ('labels', models.JSONField(blank=True, default=dict)),
-                ('inventory', models.JSONField(blank=True, default=dict)),
-                ('max_replicas', models.PositiveIntegerField(default=8)),
-                ('last_heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.SlugField(max_length=64, unique=True)),
+                ("region", models.CharField(max_length=8)),
+                ("token_prefix", models.CharField(max_length=16)),
+                ("token_hash", models.CharField(max_length=64, unique=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("online", "Online"), ("offline", "Offline"), ("draining", "Draining")],
+                        default="offline",
+                        max_length=16,
+                    ),
+                ),
+                ("labels", models.JSONField(blank=True, default=dict)),
+                ("inventory", models.JSONField(blank=True, default=dict)),
+                ("max_replicas", models.PositiveIntegerField(default=8)),
+                ("last_heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['region', 'name'],
+                "ordering": ["region", "name"],
             },
         ),
         migrations.CreateModel(
-            name='ModelVersion',
+            name="ModelVersion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.PositiveIntegerField()),
-                ('format', models.CharField(choices=[('onnx', 'ONNX')], default='onnx', max_length=16)),
-                ('precision', models.CharField(default='fp32', max_length=16)),
-                ('sha256', models.CharField(max_length=64)),
-                ('size_bytes', models.BigIntegerField()),
-                ('inputs', models.JSONField(default=list)),
-                ('outputs', models.JSONField(default=list)),
-                ('labels', models.JSONField(blank=True, default=list)),
-                ('preprocessing', models.JSONField(blank=True, default=dict)),
-                ('runtime_config', models.JSONField(blank=True, default=dict)),
-                ('lineage', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('parent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='children', to='inference.modelversion')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("number", models.PositiveIntegerField()),
+                ("format", models.CharField(choices=[("onnx", "ONNX")], default="onnx", max_length=16)),
+                ("precision", models.CharField(default="fp32", max_length=16)),
+                ("sha256", models.CharField(max_length=64)),
+                ("size_bytes", models.BigIntegerField()),
+                ("inputs", models.JSONField(default=list)),
+                ("outputs", models.JSONField(default=list)),
+                ("labels", models.JSONField(blank=True, default=list)),
+                ("preprocessing", models.JSONField(blank=True, default=dict)),
+                ("runtime_config", models.JSONField(blank=True, default=dict)),
+                ("lineage", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "parent",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="children",
+                        to="inference.modelversion",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['model__name', '-number'],
+                "ordering": ["model__name", "-number"],
             },
         ),
         migrations.CreateModel(
-            name='Deployment',
+            name="Deployment",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=64, unique=True)),
-                ('replicas', models.PositiveIntegerField(default=1, validators=[django.core.validators.MaxValueValidator(32)])),
-                ('region', models.CharField(choices=[('hk', 'Hong Kong'), ('us', 'United States')], default='hk', max_length=8)),
-                ('device', models.CharField(choices=[('cpu', 'CPU'), ('cuda', 'CUDA GPU')], default='cpu', max_length=8)),
-                ('max_batch_size', models.PositiveIntegerField(default=8, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(256)])),
-                ('max_queue_delay_ms', models.PositiveIntegerField(default=5, validators=[django.core.validators.MaxValueValidator(1000)])),
-                ('desired_state', models.CharField(choices=[('running', 'Running'), ('paused', 'Paused')], default='running', max_length=16)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='deployments', to='accounts.team')),
-                ('model_version', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='deployments', to='inference.modelversion')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.SlugField(max_length=64, unique=True)),
+                (
+                    "replicas",
+                    models.PositiveIntegerField(
+                        default=1, validators=[django.core.validators.MaxValueValidator(32)]
+                    ),
+                ),
+                (
+                    "region",
+                    models.CharField(
+                        choices=[("hk", "Hong Kong"), ("us", "United States")], default="hk", max_length=8
+                    ),
+                ),
+                (
+                    "device",
+                    models.CharField(
+                        choices=[("cpu", "CPU"), ("cuda", "CUDA GPU")], default="cpu", max_length=8
+                    ),
+                ),
+                (
+                    "max_batch_size",
+                    models.PositiveIntegerField(
+                        default=8,
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(256),
+                        ],
+                    ),
+                ),
+                (
+                    "max_queue_delay_ms",
+                    models.PositiveIntegerField(
+                        default=5, validators=[django.core.validators.MaxValueValidator(1000)]
+                    ),
+                ),
+                (
+                    "desired_state",
+                    models.CharField(
+                        choices=[("running", "Running"), ("paused", "Paused")],
+                        default="running",
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="deployments",
+                        to="accounts.team",
+                    ),
+                ),
+                (
+                    "model_version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="deployments",
+                        to="inference.modelversion",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='RegisteredModel',
+            name="RegisteredModel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=64)),
-                ('task', models.CharField(choices=[('image-classification', 'Image classification'), ('feature-extraction', 'Embeddings')], max_length=32)),
-                ('description', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='models', to='accounts.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.SlugField(max_length=64)),
+                (
+                    "task",
+                    models.CharField(
+                        choices=[
+                            ("image-classification", "Image classification"),
+                            ("feature-extraction", "Embeddings"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("description", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="models", to="accounts.team"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.AddField(
-            model_name='modelversion',
-            name='model',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='versions', to='inference.registeredmodel'),
+            model_name="modelversion",
+            name="model",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="versions",
+                to="inference.registeredmodel",
+            ),
         ),
         migrations.CreateModel(
-            name='Replica',
+            name="Replica",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('starting', 'Starting'), ('ready', 'Ready'), ('failed', 'Failed')], default='pending', max_length=16)),
-                ('url', models.CharField(blank=True, max_length=200)),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('deployment', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='replica_set', to='inference.deployment')),
-                ('model_version', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='replicas', to='inference.modelversion')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='replicas', to='inference.node')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("starting", "Starting"),
+                            ("ready", "Ready"),
+                            ("failed", "Failed"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("url", models.CharField(blank=True, max_length=200)),
+                ("error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "deployment",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="replica_set",
+                        to="inference.deployment",
+                    ),
+                ),
+                (
+                    "model_version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="replicas",
+                        to="inference.modelversion",
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="replicas",
+                        to="inference.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['deployment__name', 'pk'],
+                "ordering": ["deployment__name", "pk"],
             },
         ),
         migrations.CreateModel(
-            name='Artifact',
+            name="Artifact",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(max_length=32)),
-                ('filename', models.CharField(max_length=200)),
-                ('sha256', models.CharField(db_index=True, max_length=64)),
-                ('size_bytes', models.BigIntegerField()),
-                ('version', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='artifacts', to='inference.modelversion')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("role", models.CharField(max_length=32)),
+                ("filename", models.CharField(max_length=200)),
+                ("sha256", models.CharField(db_index=True, max_length=64)),
+                ("size_bytes", models.BigIntegerField()),
+                (
+                    "version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="artifacts",
+                        to="inference.modelversion",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('version', 'filename'), name='artifact_unique_filename')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("version", "filename"), name="artifact_unique_filename")
+                ],
             },
         ),
         migrations.AddConstraint(
-            model_name='registeredmodel',
-            constraint=models.UniqueConstraint(fields=('team', 'name'), name='model_unique_team_name'),
+            model_name="registeredmodel",
+            constraint=models.UniqueConstraint(fields=("team", "name"), name="model_unique_team_name"),
         ),
         migrations.AddConstraint(
-            model_name='modelversion',
-            constraint=models.UniqueConstraint(fields=('model', 'number'), name='version_unique_number'),
+            model_name="modelversion",
+            constraint=models.UniqueConstraint(fields=("model", "number"), name="version_unique_number"),
         ),
     ]

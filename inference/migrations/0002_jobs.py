@@ -6,71 +6,157 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0001_initial'),
-        ('inference', '0001_initial'),
+        ("accounts", "0001_initial"),
+        ("inference", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='modelversion',
-            name='report',
+            model_name="modelversion",
+            name="report",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AlterField(
-            model_name='modelversion',
-            name='format',
-            field=models.CharField(choices=[('onnx', 'ONNX'), ('torchscript', 'TorchScript'), ('huggingface', 'Hugging Face')], default='onnx', max_length=16),
+            model_name="modelversion",
+            name="format",
+            field=models.CharField(
+                choices=[("onnx", "ONNX"), ("torchscript", "TorchScript"), ("huggingface", "Hugging Face")],
+                default="onnx",
+                max_length=16,
+            ),
         ),
         migrations.AlterField(
-            model_name='registeredmodel',
-            name='task',
-            field=models.CharField(choices=[('image-classification', 'Image classification'), ('text-classification', 'Text classification'), ('feature-extraction', 'Embeddings'), ('text-generation', 'Text generation')], max_length=32),
+            model_name="registeredmodel",
+            name="task",
+            field=models.CharField(
+                choices=[
+                    ("image-classification", "Image classification"),
+                    ("text-classification", "Text classification"),
+                    ("feature-extraction", "Embeddings"),
+                    ("text-generation", "Text generation"),
+                ],
+                max_length=32,
+            ),
         ),
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('import', 'Import upload'), ('quantize_int8', 'INT8 quantization'), ('fp16', 'FP16 conversion'), ('optimize', 'Graph optimisation'), ('export_onnx', 'Export to ONNX'), ('evaluate', 'Evaluate against parent'), ('benchmark', 'Benchmark')], max_length=32)),
-                ('options', models.JSONField(blank=True, default=dict)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='queued', max_length=16)),
-                ('progress', models.FloatField(default=0)),
-                ('message', models.CharField(blank=True, max_length=300)),
-                ('error', models.TextField(blank=True)),
-                ('result', models.JSONField(blank=True, default=dict)),
-                ('cancel_requested', models.BooleanField(default=False)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('worker', models.CharField(blank=True, max_length=200)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('output', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='produced_by', to='inference.modelversion')),
-                ('source', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='jobs', to='inference.modelversion')),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='jobs', to='accounts.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("import", "Import upload"),
+                            ("quantize_int8", "INT8 quantization"),
+                            ("fp16", "FP16 conversion"),
+                            ("optimize", "Graph optimisation"),
+                            ("export_onnx", "Export to ONNX"),
+                            ("evaluate", "Evaluate against parent"),
+                            ("benchmark", "Benchmark"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("options", models.JSONField(blank=True, default=dict)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("progress", models.FloatField(default=0)),
+                ("message", models.CharField(blank=True, max_length=300)),
+                ("error", models.TextField(blank=True)),
+                ("result", models.JSONField(blank=True, default=dict)),
+                ("cancel_requested", models.BooleanField(default=False)),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("worker", models.CharField(blank=True, max_length=200)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "output",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="produced_by",
+                        to="inference.modelversion",
+                    ),
+                ),
+                (
+                    "source",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="jobs",
+                        to="inference.modelversion",
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="jobs", to="accounts.team"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='JobLogLine',
+            name="JobLogLine",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField(auto_now_add=True)),
-                ('progress', models.FloatField(default=0)),
-                ('message', models.CharField(max_length=500)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='log_lines', to='inference.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField(auto_now_add=True)),
+                ("progress", models.FloatField(default=0)),
+                ("message", models.CharField(max_length=500)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="log_lines",
+                        to="inference.job",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['pk'],
+                "ordering": ["pk"],
             },
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['status', 'heartbeat_at'], name='inference_j_status_3f7430_idx'),
+            model_name="job",
+            index=models.Index(fields=["status", "heartbeat_at"], name="inference_j_status_3f7430_idx"),
         ),
     ]

@@ -11,20 +11,26 @@ Status transitions and who makes them:
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from django.conf import settings
 from django.db import models
 
 from core.errors import Conflict
+from inference.jobs.registry import kind_choices
 
 
-class JobKind(models.TextChoices):
-    IMPORT = "import", "Import upload"
-    QUANTIZE_INT8 = "quantize_int8", "INT8 quantization"
-    FP16 = "fp16", "FP16 conversion"
-    OPTIMIZE = "optimize", "Graph optimisation"
-    EXPORT_ONNX = "export_onnx", "Export to ONNX"
-    EVALUATE = "evaluate", "Evaluate against parent"
-    BENCHMARK = "benchmark", "Benchmark"
+class JobKind(StrEnum):
+    """Names of the kinds other code refers to. Every kind, with its label, is in ``inference.jobs.registry``
+    (the choices of ``Job.kind``); these values are stored in rows, so they never change."""
+
+    IMPORT = "import"
+    QUANTIZE_INT8 = "quantize_int8"
+    FP16 = "fp16"
+    OPTIMIZE = "optimize"
+    EXPORT_ONNX = "export_onnx"
+    EVALUATE = "evaluate"
+    BENCHMARK = "benchmark"
 
 
 class JobStatus(models.TextChoices):
@@ -47,23 +53,27 @@ TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}
 
 class Job(models.Model):
     team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="jobs")
-    kind = models.CharField(max_length=32, choices=JobKind.choices)
+    kind = models.CharField(max_length=32, choices=kind_choices)  # one per registered kind
     # The version a job works on; empty for an import, whose upload is described in `options`.
-    source = models.ForeignKey("inference.ModelVersion", on_delete=models.CASCADE, related_name="jobs",
-                               null=True, blank=True)
+    source = models.ForeignKey(
+        "inference.ModelVersion", on_delete=models.CASCADE, related_name="jobs", null=True, blank=True
+    )
     options = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
     progress = models.FloatField(default=0)
     message = models.CharField(max_length=300, blank=True)
     error = models.TextField(blank=True)
     result = models.JSONField(default=dict, blank=True)
-    output = models.ForeignKey("inference.ModelVersion", on_delete=models.SET_NULL, null=True, blank=True,
-                               related_name="produced_by")
+    output = models.ForeignKey(
+        "inference.ModelVersion", on_delete=models.SET_NULL, null=True, blank=True, related_name="produced_by"
+    )
     cancel_requested = models.BooleanField(default=False)
     attempts = models.PositiveIntegerField(default=0)
     worker = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -24,7 +24,9 @@ class RegisteredModel(models.Model):
     name = models.SlugField(max_length=64)
     task = models.CharField(max_length=32, choices=Task.choices)
     description = models.TextField(blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -49,10 +51,14 @@ class ModelVersion(models.Model):
     labels = models.JSONField(default=list, blank=True)
     preprocessing = models.JSONField(default=dict, blank=True)
     runtime_config = models.JSONField(default=dict, blank=True)
-    parent = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children")
+    parent = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children"
+    )
     lineage = models.JSONField(default=dict, blank=True)
     report = models.JSONField(default=dict, blank=True)  # size, latency and agreement against the parent
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -77,4 +83,6 @@ class Artifact(models.Model):
     size_bytes = models.BigIntegerField()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["version", "filename"], name="artifact_unique_filename")]
+        constraints = [
+            models.UniqueConstraint(fields=["version", "filename"], name="artifact_unique_filename")
+        ]

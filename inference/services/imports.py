@@ -7,8 +7,8 @@ import leaves no model, version or file behind.
 
 from __future__ import annotations
 
-import json
 import shutil
+import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -20,18 +20,46 @@ from accounts.services import audit_record, require_writer
 from core.errors import PayloadTooLarge, ValidationFailed
 from inference import queue, storage
 from inference.live import publish_job
-from inference.models import Artifact, Job, JobKind, ModelVersion, RegisteredModel, Task
-from inference.services.registry import NAME_RE, labels_parse
+from inference.models import Job, JobKind, ModelVersion, Task
+from inference.services.registry import (
+    NAME_RE,
+    ModelRef,
+    VersionFile,
+    blobs_drop_unreferenced,
+    labels_parse,
+    version_create,
+)
+from inference.validation.archives import extract_zip
+from inference.validation.onnx_model import image_preprocessing
 
 MAX_FILES = 64
-KEEP_HF = ("config.json", "preprocessor_config.json", "generation_config.json", "tokenizer.json",
-           "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt",
-           "tokenizer.model", "added_tokens.json", "chat_template.jinja")
+KEEP_HF = (
+    "config.json",
+    "preprocessor_config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "added_tokens.json",
+    "chat_template.jinja",
+)
 
 
-def model_import_start(*, team: Team, actor, name: str, task: str, files: list[tuple[str, Iterable[bytes]]],
-                       labels_text: str = "", preprocessing: dict | None = None,
-                       input_shape: list[int] | None = None) -> Job:
+def model_import_start(
+    *,
+    team: Team,
+    actor,
+    name: str,
+    task: str,
+    files: list[tuple[str, Iterable[bytes]]],
+    labels_text: str = "",
+    preprocessing: dict | None = None,
+    input_shape: list[int] | None = None,
+) -> Job:
     """Store the uploaded files and queue their import. `task` may be empty for a Hugging Face folder."""
     require_writer(team=team, user=actor)
     if not NAME_RE.match(name or ""):
@@ -41,38 +69,47 @@ def model_import_start(*, team: Team, actor, name: str, task: str, files: list[t
     if not files or len(files) > MAX_FILES:
         raise ValidationFailed(f"upload 1 to {MAX_FILES} files")
     labels = labels_parse(labels_text)
-    stored, budget = [], settings.MAX_UPLOAD_BYTES
+    stored: list[dict[str, str | int]] = []
+    budget = settings.MAX_UPLOAD_BYTES
     try:
         for filename, chunks in files:
             staged = storage.stage(chunks, max_bytes=budget)
             budget -= staged.size
             storage.commit(staged)
-            stored.append({"filename": Path(filename).name or "upload", "sha256": staged.sha256, "size": staged.size})
+            stored.append(
+                {"filename": Path(filename).name or "upload", "sha256": staged.sha256, "size": staged.size}
+            )
     except PayloadTooLarge:
-        _drop_unreferenced([f["sha256"] for f in stored])
-        raise PayloadTooLarge(f"the upload is larger than the limit of {settings.MAX_UPLOAD_BYTES} bytes") from None
-    options = {"name": name, "task": task, "files": stored, "labels": labels, "preprocessing": preprocessing or {},
-               "input_shape": input_shape}
+        blobs_drop_unreferenced([str(f["sha256"]) for f in stored])
+        raise PayloadTooLarge(
+            f"the upload is larger than the limit of {settings.MAX_UPLOAD_BYTES} bytes"
+        ) from None
+    options = {
+        "name": name,
+        "task": task,
+        "files": stored,
+        "labels": labels,
+        "preprocessing": preprocessing or {},
+        "input_shape": input_shape,
+    }
     with transaction.atomic():
-        job = Job.objects.create(team=team, kind=JobKind.IMPORT, source=None, options=options, created_by=actor)
-        audit_record(team=team, actor=actor, action="model.import", target=name,
-                     data={"files": [f["filename"] for f in stored]})
+        job = Job.objects.create(
+            team=team, kind=JobKind.IMPORT, source=None, options=options, created_by=actor
+        )
+        audit_record(
+            team=team,
+            actor=actor,
+            action="model.import",
+            target=name,
+            data={"files": [f["filename"] for f in stored]},
+        )
         publish_job(job)
         queue.job_run_later(job.pk)
     return job
 
 
-def _drop_unreferenced(shas: list[str]) -> None:
-    """Remove upload blobs no artifact uses (content-addressed: another version may share one)."""
-    for sha in set(shas):
-        if not Artifact.objects.filter(sha256=sha).exists():
-            storage.blob_path(sha).unlink(missing_ok=True)
-
-
 def materialize(files: list[dict], folder: Path) -> Path:
     """Lay the uploaded files out in `folder`; a single zip that is not TorchScript is extracted safely."""
-    from inference.validation.archives import extract_zip
-
     if len(files) == 1 and _is_plain_zip(storage.blob_path(files[0]["sha256"])):
         extract_zip(storage.blob_path(files[0]["sha256"]), folder)
         inner = [p for p in folder.iterdir()]
@@ -84,8 +121,6 @@ def materialize(files: list[dict], folder: Path) -> Path:
 
 
 def _is_plain_zip(path: Path) -> bool:
-    import zipfile
-
     with open(path, "rb") as handle:
         if handle.read(4) != b"PK\x03\x04":
             return False
@@ -111,49 +146,38 @@ def keep_files(info: dict, folder: Path) -> list[tuple[str, str, Path]]:
 def register_import(*, job: Job, info: dict, folder: Path) -> ModelVersion:
     """Create the model and version for a checked upload; store each kept file by content."""
     opts = job.options
-    task = opts["task"] or info.get("task")
-    labels = opts["labels"] or info.get("labels") or []
+    task = opts["task"] or info.get("task") or ""
     pre = opts["preprocessing"] or info.get("preprocessing") or {}
     files = keep_files(info, folder)
-    with transaction.atomic():
-        model, _ = RegisteredModel.objects.select_for_update().get_or_create(
-            team=job.team, name=opts["name"], defaults={"task": task, "created_by": job.created_by})
-        if model.task != task:
-            raise ValidationFailed(f"model {model.name!r} already exists with task {model.task}")
-        number = (model.versions.order_by("-number").values_list("number", flat=True).first() or 0) + 1
-        main = next(p for role, _, p in files if role in ("model", "hf"))
-        version = ModelVersion.objects.create(
-            model=model, number=number, format=info["format"], sha256=_sha(main), size_bytes=sum(
-                p.stat().st_size for _, _, p in files), labels=labels, preprocessing=pre, created_by=job.created_by,
-            lineage={"source": "import", "job": job.pk, "files": [f["filename"] for f in opts["files"]],
-                     "architecture": info.get("architecture", "")},
-            runtime_config={"input_shape": opts.get("input_shape")} if opts.get("input_shape") else {},
-        )
-        for role, filename, path in files:
-            staged = storage.stage_file(path, max_bytes=settings.MAX_UPLOAD_BYTES)
-            storage.commit(staged)
-            Artifact.objects.create(version=version, role=role, filename=filename, sha256=staged.sha256,
-                                    size_bytes=staged.size)
-        if labels:
-            staged = storage.stage([json.dumps(labels).encode()], max_bytes=16 * 1024 * 1024)
-            storage.commit(staged)
-            Artifact.objects.create(version=version, role="labels", filename="labels.json", sha256=staged.sha256,
-                                    size_bytes=staged.size)
-        audit_record(team=job.team, actor=job.created_by, action="model_version.create", target=str(version),
-                     data={"format": info["format"], "job": job.pk})
-    return version
-
-
-def _sha(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    fields = {
+        "format": info["format"],
+        "size_bytes": sum(p.stat().st_size for _, _, p in files),
+        "preprocessing": pre,
+        "lineage": {
+            "source": "import",
+            "job": job.pk,
+            "files": [f["filename"] for f in opts["files"]],
+            "architecture": info.get("architecture", ""),
+        },
+        "runtime_config": {"input_shape": opts.get("input_shape")} if opts.get("input_shape") else {},
+    }
+    if "details" in info:  # a checked ONNX graph: record its signature as an upload does
+        fields |= {"inputs": info["details"]["inputs"], "outputs": info["details"]["outputs"]}
+        if task == Task.IMAGE_CLASSIFICATION:
+            fields["preprocessing"] = image_preprocessing(info["details"], pre)
+    # The main file (the one hashed into the version) comes first: the model, or a Hugging Face file.
+    files.sort(key=lambda f: f[0] not in ("model", "hf"))
+    return version_create(
+        model=ModelRef(team=job.team, name=opts["name"], task=task),
+        actor=job.created_by,
+        files=[VersionFile(role, filename, path=path) for role, filename, path in files],
+        labels=opts["labels"] or info.get("labels") or [],
+        fields=fields,
+        action="model_version.create",
+        audit_data={"format": info["format"], "job": job.pk},
+    )
 
 
 def import_cleanup(job: Job) -> None:
     """After an import ends, successfully or not, remove upload blobs that no version kept."""
-    _drop_unreferenced([f["sha256"] for f in job.options.get("files", [])])
+    blobs_drop_unreferenced([f["sha256"] for f in job.options.get("files", [])])

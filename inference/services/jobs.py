@@ -12,50 +12,44 @@ from accounts.models import Team
 from accounts.services import audit_record, require_writer
 from core.errors import ValidationFailed
 from inference import queue
+from inference.jobs.registry import kind_get, kinds
 from inference.live import publish_job
-from inference.models import Job, JobKind, JobStatus, ModelVersion
-
-_ONNX_ONLY = {JobKind.QUANTIZE_INT8, JobKind.FP16, JobKind.OPTIMIZE, JobKind.EVALUATE, JobKind.BENCHMARK}
-_OPTION_KEYS = {
-    JobKind.QUANTIZE_INT8: {"mode", "method", "per_channel", "quant_format", "activation_type", "weight_type",
-                            "reduce_range", "exclude_nodes", "exclude_op_types", "calibration_limit"},
-    JobKind.FP16: {"keep_io_types", "op_block_list"},
-    JobKind.OPTIMIZE: {"level"},
-    JobKind.EXPORT_ONNX: {"input_shape"},
-    JobKind.EVALUATE: {"limit"},
-    JobKind.BENCHMARK: {"runs"},
-}
+from inference.models import Job, JobStatus, ModelVersion
 
 
 def _enqueue(job: Job) -> None:
     queue.job_run_later(job.pk)
 
 
-def _check(kind: str, source: ModelVersion, options: dict) -> None:
-    if kind not in JobKind.values:
-        raise ValidationFailed(f"unknown job kind {kind!r}; choose one of {', '.join(JobKind.values)}")
-    if not isinstance(options, dict):
-        raise ValidationFailed("options must be a JSON object")
-    unknown = set(options) - _OPTION_KEYS[JobKind(kind)]
-    if unknown:
-        raise ValidationFailed(f"unknown option(s) for {kind}: {', '.join(sorted(unknown))}")
-    if kind in _ONNX_ONLY and source.format != "onnx":
-        raise ValidationFailed(f"{kind} needs an ONNX version; export this {source.format} version first")
-    if kind == JobKind.EXPORT_ONNX and source.format == "onnx":
-        raise ValidationFailed("this version is already ONNX")
-    if kind == JobKind.EVALUATE and source.parent_id is None:
-        raise ValidationFailed("evaluation compares a version with its parent; this version has none")
+def _checked_options(kind_name: str, source: ModelVersion, options: object) -> dict:
+    """The options as the kind's schema accepts them (only the keys given, so defaults can improve later)."""
+    kind = kind_get(kind_name)
+    if not kind.startable:
+        raise ValidationFailed(
+            f"{kind_name} jobs are not started here; choose one of {', '.join(kinds(startable=True))}"
+        )
+    parsed = kind.parse_options(options)
+    kind.check_source(source)
+    return parsed.model_dump(mode="json", exclude_unset=True)
 
 
 def job_start(*, team: Team, actor, source: ModelVersion, kind: str, options: dict | None = None) -> Job:
-    """Queue a job on one of the team's versions; the worker picks it up after commit."""
+    """Queue a job on one of the team's versions; the worker picks it up after commit.
+
+    The kind comes from the registry (``inference.jobs.registry``), which checks the options against the
+    kind's schema and the source against what the kind accepts.
+    """
     require_writer(team=team, user=actor)
-    options = options or {}
-    _check(kind, source, options)
+    options = _checked_options(kind, source, {} if options is None else options)
     with transaction.atomic():
         job = Job.objects.create(team=team, kind=kind, source=source, options=options, created_by=actor)
-        audit_record(team=team, actor=actor, action="job.start", target=f"job {job.pk}",
-                     data={"kind": kind, "source": str(source), "options": options})
+        audit_record(
+            team=team,
+            actor=actor,
+            action="job.start",
+            target=f"job {job.pk}",
+            data={"kind": kind, "source": str(source), "options": options},
+        )
         publish_job(job)
         _enqueue(job)
     return job
@@ -68,7 +62,11 @@ def job_cancel(*, team: Team, actor, job: Job) -> Job:
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status == JobStatus.QUEUED:
             job.check_transition(JobStatus.CANCELLED)
-            job.status, job.finished_at, job.message = JobStatus.CANCELLED, timezone.now(), "cancelled before it started"
+            job.status, job.finished_at, job.message = (
+                JobStatus.CANCELLED,
+                timezone.now(),
+                "cancelled before it started",
+            )
         elif job.status == JobStatus.RUNNING:
             job.cancel_requested = True
         else:
@@ -102,8 +100,11 @@ def jobs_reap() -> int:
     for job in Job.objects.filter(status=JobStatus.RUNNING, heartbeat_at__lt=cutoff):
         with transaction.atomic():
             changed = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, heartbeat_at__lt=cutoff).update(
-                status=JobStatus.FAILED, finished_at=timezone.now(),
-                error=f"the worker {job.worker or ''} stopped responding; the job was ended (retry it)".replace("  ", " "),
+                status=JobStatus.FAILED,
+                finished_at=timezone.now(),
+                error=f"the worker {job.worker or ''} stopped responding; the job was ended (retry it)".replace(
+                    "  ", " "
+                ),
             )
             if changed:
                 reaped += 1

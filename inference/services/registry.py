@@ -1,4 +1,4 @@
-"""Registering model versions from uploads."""
+"""The registry's writes: uploads, derived versions, and ``version_create``, the one way a version is stored."""
 
 from __future__ import annotations
 
@@ -10,16 +10,19 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
+from tokenizers import Tokenizer
 
 from accounts.models import Team
 from accounts.services import audit_record, require_writer
 from core.errors import Conflict, ValidationFailed
 from inference import storage
 from inference.models import Artifact, ModelVersion, RegisteredModel, Task
+from inference.validation.formats import InvalidModel
 from inference.validation.onnx_model import check_task, image_preprocessing, inspect_onnx
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-MAX_LABELS_BYTES = 4 * 1024 * 1024
+MAX_LABELS_BYTES = 4 * 1024 * 1024  # labels as people send them (text)
+MAX_LABELS_FILE_BYTES = 16 * 1024 * 1024  # the labels.json every version stores (JSON quoting adds bytes)
 
 
 @dataclass
@@ -33,7 +36,9 @@ class UploadedModel:
     tokenizer_chunks: Iterable[bytes] | None = None
     preprocessing: dict = field(default_factory=dict)
     description: str = ""
-    generation: dict = field(default_factory=dict)  # text generation: cache layout, context, eos, chat template
+    generation: dict = field(
+        default_factory=dict
+    )  # text generation: cache layout, context, eos, chat template
 
 
 def labels_parse(text: str) -> list[str]:
@@ -55,8 +60,6 @@ def labels_parse(text: str) -> list[str]:
 
 
 def _check_tokenizer(path: Path) -> None:
-    from tokenizers import Tokenizer
-
     try:
         Tokenizer.from_file(str(path))
     except Exception:
@@ -68,14 +71,19 @@ def _validate(upload: UploadedModel, model_file: storage.StagedFile, tok: storag
         raise ValidationFailed("model name must be lowercase letters, digits and dashes (max 63)")
     if upload.task not in Task.values:
         raise ValidationFailed(f"unknown task {upload.task!r}; choose one of {', '.join(Task.values)}")
-    info = inspect_onnx(model_file.path)
     labels = labels_parse(upload.labels_text)
-    check_task(upload.task, info, labels=labels)
+    try:  # checked in the request: a bad graph is the caller's 422, not a server error
+        info = inspect_onnx(model_file.path)
+        check_task(upload.task, info, labels=labels)
+        pre = (
+            image_preprocessing(info, upload.preprocessing)
+            if upload.task == Task.IMAGE_CLASSIFICATION
+            else {}
+        )
+    except InvalidModel as exc:
+        raise ValidationFailed(str(exc)) from None
     runtime: dict = {}
-    pre: dict = {}
-    if upload.task == Task.IMAGE_CLASSIFICATION:
-        pre = image_preprocessing(info, upload.preprocessing)
-    else:
+    if upload.task != Task.IMAGE_CLASSIFICATION:
         if tok is None:
             raise ValidationFailed(f"a {upload.task} model needs its tokenizer.json")
         _check_tokenizer(tok.path)
@@ -92,13 +100,155 @@ def _text_runtime(upload: UploadedModel, info: dict) -> dict:
     if upload.task == Task.TEXT_GENERATION:
         missing = GENERATION_KEYS - set(upload.generation)
         if missing:
-            raise ValidationFailed(f"a text generation model needs `generation` settings: {', '.join(sorted(missing))}")
-        past = [i for i in info["inputs"] if i["name"].startswith("past_key_values.") and i["name"].endswith(".key")]
+            raise ValidationFailed(
+                f"a text generation model needs `generation` settings: {', '.join(sorted(missing))}"
+            )
+        past = [
+            i
+            for i in info["inputs"]
+            if i["name"].startswith("past_key_values.") and i["name"].endswith(".key")
+        ]
         if len(past) != upload.generation["num_layers"]:
-            raise ValidationFailed(f"the graph has {len(past)} key/value cache inputs but num_layers is "
-                                   f"{upload.generation['num_layers']}")
+            raise ValidationFailed(
+                f"the graph has {len(past)} key/value cache inputs but num_layers is "
+                f"{upload.generation['num_layers']}"
+            )
         return {"generation": upload.generation}
     return {"max_length": 256}
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """The model a new version joins; created with these fields if the team has none of that name."""
+
+    team: Team
+    name: str
+    task: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class VersionFile:
+    """One file of a new version: a path to store, a file already staged, or content already stored."""
+
+    role: str
+    filename: str
+    path: Path | None = None
+    staged: storage.StagedFile | None = None
+    sha256: str = ""  # with size: content already in the store (a companion shared with another version)
+    size: int = 0
+
+    @classmethod
+    def kept(cls, artifact: Artifact) -> VersionFile:
+        return cls(artifact.role, artifact.filename, sha256=artifact.sha256, size=artifact.size_bytes)
+
+
+def version_create(
+    *,
+    model: ModelRef,
+    files: list[VersionFile],
+    labels: list[str],
+    fields: dict,
+    actor,
+    action: str,
+    audit_data: dict | None = None,
+) -> ModelVersion:
+    """Store ``files`` (the first one is the version's main file) as the model's next version.
+
+    The one way a version comes to be (uploads, imports and job outputs all call it): stages what is
+    not staged yet, writes the labels file, numbers the version under a lock on the model row, commits
+    the blobs and records ``action`` in the audit log. On any failure nothing is left behind.
+    ``fields`` are ModelVersion fields; ``size_bytes`` defaults to the main file's size.
+    """
+    staged: list[storage.StagedFile] = []
+    try:
+        entries = [_stage(f, staged) for f in files]
+        if labels:  # labels travel as a file like the model, so node heartbeats stay small
+            labels_file = storage.stage([json.dumps(labels).encode()], max_bytes=MAX_LABELS_FILE_BYTES)
+            staged.append(labels_file)
+            entries.append(
+                VersionFile(
+                    "labels",
+                    "labels.json",
+                    staged=labels_file,
+                    sha256=labels_file.sha256,
+                    size=labels_file.size,
+                )
+            )
+        return _store(
+            model=model,
+            entries=entries,
+            labels=labels,
+            fields=fields,
+            actor=actor,
+            action=action,
+            audit_data=audit_data,
+        )
+    finally:
+        for item in staged:
+            item.discard()  # no-op once committed into the store
+
+
+def _stage(file: VersionFile, staged: list[storage.StagedFile]) -> VersionFile:
+    item = file.staged
+    if item is None and file.path is not None:
+        item = storage.stage_file(file.path, max_bytes=settings.MAX_UPLOAD_BYTES)
+        staged.append(item)
+    if item is None:
+        return file
+    return VersionFile(file.role, file.filename, staged=item, sha256=item.sha256, size=item.size)
+
+
+def _store(
+    *,
+    model: ModelRef,
+    entries: list[VersionFile],
+    labels: list[str],
+    fields: dict,
+    actor,
+    action: str,
+    audit_data: dict | None,
+) -> ModelVersion:
+    created_blobs: list[Path] = []
+    try:
+        with transaction.atomic():
+            row, _ = RegisteredModel.objects.select_for_update().get_or_create(
+                team=model.team,
+                name=model.name,
+                defaults={"task": model.task, "created_by": actor, "description": model.description},
+            )
+            if row.task != model.task:
+                raise Conflict(f"model {model.name!r} already exists with task {row.task}")
+            # The row lock makes this read-then-write safe; the (model, number) constraint backs it up.
+            number = (row.versions.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+            version = ModelVersion.objects.create(
+                model=row,
+                number=number,
+                sha256=entries[0].sha256,
+                labels=labels,
+                created_by=actor,
+                **({"size_bytes": entries[0].size} | fields),
+            )
+            for entry in entries:
+                Artifact.objects.create(
+                    version=version,
+                    role=entry.role,
+                    filename=entry.filename,
+                    sha256=entry.sha256,
+                    size_bytes=entry.size,
+                )
+                if entry.staged is not None:
+                    path, created = storage.commit(entry.staged)
+                    if created:
+                        created_blobs.append(path)
+            audit_record(
+                team=model.team, actor=actor, action=action, target=str(version), data=audit_data or {}
+            )
+    except BaseException:
+        for path in created_blobs:  # the rows are gone with the rollback; so are the files they added
+            path.unlink(missing_ok=True)
+        raise
+    return version
 
 
 def model_version_upload(*, team: Team, actor, upload: UploadedModel) -> ModelVersion:
@@ -113,48 +263,27 @@ def model_version_upload(*, team: Team, actor, upload: UploadedModel) -> ModelVe
             tok = storage.stage(upload.tokenizer_chunks, max_bytes=64 * 1024 * 1024)
             staged.append(tok)
         checked = _validate(upload, model_file, tok)
-        if checked["labels"]:
-            # Labels travel as a file like the model, so node heartbeats stay small.
-            staged.append(storage.stage([json.dumps(checked["labels"]).encode()], max_bytes=MAX_LABELS_BYTES * 2))
-        return _register(team=team, actor=actor, upload=upload, model_file=model_file, tok=tok, checked=checked,
-                         labels_file=staged[-1] if checked["labels"] else None)
+        files = [VersionFile("model", "model.onnx", staged=model_file)]
+        files += [VersionFile("tokenizer", "tokenizer.json", staged=tok)] if tok else []
+        fields = {
+            "inputs": checked["info"]["inputs"],
+            "outputs": checked["info"]["outputs"],
+            "preprocessing": checked["preprocessing"],
+            "runtime_config": checked["runtime"],
+            "lineage": {"source": "upload", "opset": checked["info"]["opset"]},
+        }
+        return version_create(
+            model=ModelRef(team=team, name=upload.name, task=upload.task, description=upload.description),
+            files=files,
+            labels=checked["labels"],
+            fields=fields,
+            actor=actor,
+            action="model_version.create",
+            audit_data={"sha256": model_file.sha256, "size": model_file.size},
+        )
     finally:
         for item in staged:
             item.discard()  # no-op once committed into the store
-
-
-def _register(*, team, actor, upload, model_file, tok, checked, labels_file=None) -> ModelVersion:
-    created_blobs: list[Path] = []
-    try:
-        with transaction.atomic():
-            model, _ = RegisteredModel.objects.select_for_update().get_or_create(
-                team=team, name=upload.name,
-                defaults={"task": upload.task, "created_by": actor, "description": upload.description},
-            )
-            if model.task != upload.task:
-                raise Conflict(f"model {upload.name!r} already exists with task {model.task}")
-            number = (model.versions.order_by("-number").values_list("number", flat=True).first() or 0) + 1
-            version = ModelVersion.objects.create(
-                model=model, number=number, sha256=model_file.sha256, size_bytes=model_file.size,
-                inputs=checked["info"]["inputs"], outputs=checked["info"]["outputs"], labels=checked["labels"],
-                preprocessing=checked["preprocessing"], runtime_config=checked["runtime"], created_by=actor,
-                lineage={"source": "upload", "opset": checked["info"]["opset"]},
-            )
-            files = [("model", "model.onnx", model_file)] + ([("tokenizer", "tokenizer.json", tok)] if tok else [])
-            files += [("labels", "labels.json", labels_file)] if labels_file else []
-            for role, filename, staged in files:
-                Artifact.objects.create(version=version, role=role, filename=filename,
-                                        sha256=staged.sha256, size_bytes=staged.size)
-                path, created = storage.commit(staged)
-                if created:
-                    created_blobs.append(path)
-            audit_record(team=team, actor=actor, action="model_version.create", target=str(version),
-                         data={"sha256": model_file.sha256, "size": model_file.size})
-    except BaseException:
-        for path in created_blobs:  # the rows are gone with the rollback; so are the files they added
-            path.unlink(missing_ok=True)
-        raise
-    return version
 
 
 def model_version_delete(*, team: Team, actor, version: ModelVersion) -> None:
@@ -177,46 +306,70 @@ def version_file(version: ModelVersion, role: str) -> Path | None:
     return storage.blob_path(artifact.sha256) if artifact else None
 
 
-def version_derive(*, parent: ModelVersion, actor, model_path: Path, precision: str, lineage: dict,
-                   report: dict, tokenizer_path: Path | None = None, labels: list[str] | None = None,
-                   preprocessing: dict | None = None, runtime_config: dict | None = None) -> ModelVersion:
+def version_derive(
+    *,
+    parent: ModelVersion,
+    actor,
+    model_path: Path,
+    precision: str,
+    lineage: dict,
+    report: dict,
+    tokenizer_path: Path | None = None,
+    labels: list[str] | None = None,
+    preprocessing: dict | None = None,
+    runtime_config: dict | None = None,
+) -> ModelVersion:
     """Register a job's ONNX output as the next version of the parent's model.
 
     Companion files (tokenizer, labels) are the parent's unless given: an export from a Hugging Face
     folder brings its own tokenizer.json and the labels from its config.
     """
     labels = parent.labels if labels is None else labels
-    new_files = [("model", "model.onnx", model_path)] + ([("tokenizer", "tokenizer.json", tokenizer_path)]
-                                                         if tokenizer_path else [])
-    if labels:
-        labels_path = model_path.parent / "labels.json"
-        labels_path.write_text(json.dumps(labels))
-        new_files.append(("labels", "labels.json", labels_path))
-    staged = [(role, name, storage.stage_file(path, max_bytes=settings.MAX_UPLOAD_BYTES)) for role, name, path in new_files]
-    try:
-        info = inspect_onnx(staged[0][2].path)
-        check_task(parent.model.task, info, labels=labels)
-        with transaction.atomic():
-            model = RegisteredModel.objects.select_for_update().get(pk=parent.model_id)
-            number = (model.versions.order_by("-number").values_list("number", flat=True).first() or 0) + 1
-            version = ModelVersion.objects.create(
-                model=model, number=number, sha256=staged[0][2].sha256, size_bytes=staged[0][2].size,
-                precision=precision, inputs=info["inputs"], outputs=info["outputs"], labels=labels,
-                preprocessing=parent.preprocessing if preprocessing is None else preprocessing,
-                runtime_config=parent.runtime_config if runtime_config is None else runtime_config,
-                parent=parent, lineage=lineage, report=report, created_by=actor,
-            )
-            for role, name, item in staged:
-                Artifact.objects.create(version=version, role=role, filename=name, sha256=item.sha256,
-                                        size_bytes=item.size)
-                storage.commit(item)
-            if tokenizer_path is None:
-                for companion in parent.artifacts.filter(role="tokenizer"):  # same content, stored once
-                    Artifact.objects.create(version=version, role="tokenizer", filename=companion.filename,
-                                            sha256=companion.sha256, size_bytes=companion.size_bytes)
-            audit_record(team=model.team, actor=actor, action="model_version.derive", target=str(version),
-                         data={"parent": str(parent), "kind": lineage.get("kind", "")})
-        return version
-    finally:
-        for _, _, item in staged:
-            item.discard()
+    info = inspect_onnx(model_path)
+    check_task(parent.model.task, info, labels=labels)
+    files = [VersionFile("model", "model.onnx", path=model_path)]
+    if tokenizer_path:
+        files.append(VersionFile("tokenizer", "tokenizer.json", path=tokenizer_path))
+    else:  # the parent's tokenizer: same content, stored once
+        files += [VersionFile.kept(a) for a in parent.artifacts.all() if a.role == "tokenizer"]
+    fields = {
+        "precision": precision,
+        "inputs": info["inputs"],
+        "outputs": info["outputs"],
+        "parent": parent,
+        "preprocessing": parent.preprocessing if preprocessing is None else preprocessing,
+        "runtime_config": parent.runtime_config if runtime_config is None else runtime_config,
+        "lineage": lineage,
+        "report": report,
+    }
+    model = parent.model
+    return version_create(
+        model=ModelRef(team=model.team, name=model.name, task=model.task),
+        files=files,
+        labels=labels,
+        fields=fields,
+        actor=actor,
+        action="model_version.derive",
+        audit_data={"parent": str(parent), "kind": lineage.get("kind", "")},
+    )
+
+
+def version_discard(*, version: ModelVersion) -> None:
+    """Remove a version nobody asked to keep (a job's output the job no longer vouches for).
+
+    Its model goes too if this was its only version; its files go unless another version holds them.
+    """
+    label, model, shas = str(version), version.model, list(version.artifacts.values_list("sha256", flat=True))
+    with transaction.atomic():
+        version.delete()
+        if not model.versions.exists():
+            model.delete()
+        audit_record(team=model.team, actor=None, action="model_version.discard", target=label)
+        transaction.on_commit(lambda: blobs_drop_unreferenced(shas))
+
+
+def blobs_drop_unreferenced(shas: Iterable[str]) -> None:
+    """Remove blobs no artifact uses (content-addressed: another version may share one)."""
+    for sha in set(shas):
+        if not Artifact.objects.filter(sha256=sha).exists():
+            storage.blob_path(sha).unlink(missing_ok=True)

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 from django.test import Client
-from factories import COLOURS, colour_classifier
 
 from inference.models import Artifact, ModelVersion, RegisteredModel
+from tests.support.tiny_models import COLOURS, colour_classifier
 
 pytestmark = pytest.mark.django_db
 
@@ -50,10 +50,13 @@ def test_same_content_twice_makes_two_versions_but_one_copy_of_each_file(owner_c
     assert len(stored_files(settings)) == 2  # model + labels, stored once for both versions
 
 
-@pytest.mark.parametrize("payload, message", [
-    (b"", "not a valid ONNX model"),
-    (b"\x08\x07" + b"garbage" * 50, "ONNX"),
-])
+@pytest.mark.parametrize(
+    "payload, message",
+    [
+        (b"", "not a valid ONNX model"),
+        (b"\x08\x07" + b"garbage" * 50, "ONNX"),
+    ],
+)
 def test_invalid_onnx_is_refused_and_nothing_is_stored(owner_client, payload, message, settings):
     r = upload(owner_client, payload)
     assert r.status_code == 422
@@ -107,16 +110,21 @@ def test_embedding_model_needs_a_tokenizer(owner_client, tmp_path):
     from onnx import TensorProto, helper, save
 
     graph = helper.make_graph(
-        [helper.make_node("Cast", ["input_ids"], ["h"], to=TensorProto.FLOAT),
-         helper.make_node("Unsqueeze", ["h", "axes"], ["last_hidden_state"])],
-        "emb", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "t"])],
+        [
+            helper.make_node("Cast", ["input_ids"], ["h"], to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", ["h", "axes"], ["last_hidden_state"]),
+        ],
+        "emb",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "t"])],
         [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["b", "t", 1])],
         initializer=[helper.make_tensor("axes", TensorProto.INT64, [1], [2])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     save(model, tmp_path / "e.onnx")
-    r = upload(owner_client, (tmp_path / "e.onnx").read_bytes(), name="emb", task="feature-extraction", labels="")
+    r = upload(
+        owner_client, (tmp_path / "e.onnx").read_bytes(), name="emb", task="feature-extraction", labels=""
+    )
     assert r.status_code == 422 and "tokenizer" in r.json()["error"]["message"]
 
 

@@ -35,8 +35,11 @@ def test_efficientnet_finds_the_cat_in_chelsea(stack, demo):
     buf = io.BytesIO()
     Image.fromarray(skimage.data.chelsea()).save(buf, format="JPEG", quality=90)
     with stack.client(demo) as c:
-        r = c.post("/v1/deployments/efficientnet-lite0/predict", content=buf.getvalue(),
-                   headers={"Content-Type": "image/jpeg"})
+        r = c.post(
+            "/v1/deployments/efficientnet-lite0/predict",
+            content=buf.getvalue(),
+            headers={"Content-Type": "image/jpeg"},
+        )
     assert r.status_code == 200, r.text
     body = r.json()
     assert len(body["predictions"]) == 5
@@ -46,7 +49,11 @@ def test_efficientnet_finds_the_cat_in_chelsea(stack, demo):
 
 
 def test_minilm_embeddings_rank_related_sentences_closer(stack, demo):
-    texts = ["A cat sleeps on the sofa.", "A kitten is napping on the couch.", "Stock markets fell sharply today."]
+    texts = [
+        "A cat sleeps on the sofa.",
+        "A kitten is napping on the couch.",
+        "Stock markets fell sharply today.",
+    ]
     with stack.client(demo) as c:
         r = c.post("/v1/embeddings", json={"model": "minilm-l6", "input": texts})
     assert r.status_code == 200, r.text
@@ -70,8 +77,11 @@ def test_efficientnet_static_int8_job_keeps_its_answers(stack, demo):
             assert time.monotonic() < deadline, body
             time.sleep(1)
         assert body["status"] == "succeeded", body["error"]
-        child = next(v for v in api.get("/api/v1/models/efficientnet-lite0").json()["versions"]
-                     if v["id"] == body["output_id"])
+        child = next(
+            v
+            for v in api.get("/api/v1/models/efficientnet-lite0").json()["versions"]
+            if v["id"] == body["output_id"]
+        )
     agreement = child["report"]["agreement"]
     assert agreement["count"] >= 100
     assert agreement["confident_top1_agreement"] >= 0.97
@@ -90,8 +100,9 @@ def test_tiny_chat_streams_through_the_gateway_with_the_openai_client(stack, dem
     whole = client.chat.completions.create(model="tiny-chat", messages=messages, temperature=0, max_tokens=24)
     text = whole.choices[0].message.content
     assert text and whole.usage.completion_tokens > 0
-    chunks = client.chat.completions.create(model="tiny-chat", messages=messages, temperature=0, max_tokens=24,
-                                            stream=True)
+    chunks = client.chat.completions.create(
+        model="tiny-chat", messages=messages, temperature=0, max_tokens=24, stream=True
+    )
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed == text  # greedy streaming equals the whole answer, through the gateway
     assert [m.id for m in client.models.list().data] == ["efficientnet-lite0", "minilm-l6", "tiny-chat"]

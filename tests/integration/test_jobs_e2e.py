@@ -7,7 +7,9 @@ import signal
 import time
 
 import pytest
-from factories import COLOURS, colour_classifier, image_bytes
+
+from tests.support.factories import image_bytes
+from tests.support.tiny_models import COLOURS, colour_classifier
 
 pytestmark = pytest.mark.e2e
 
@@ -22,9 +24,35 @@ def jay(stack):
 def version(stack, jay, tmp_path_factory):
     path = colour_classifier(tmp_path_factory.mktemp("j") / "m.onnx")
     with stack.client(jay["manage"]) as api:
-        r = api.post("/api/v1/models", files={"file": ("m.onnx", path.read_bytes())},
-                     data={"name": "job-colours", "task": "image-classification", "labels": "\n".join(COLOURS),
-                           "preprocessing": '{"mean": [0, 0, 0], "std": [1, 1, 1]}'})
+        r = api.post(
+            "/api/v1/models",
+            files={"file": ("m.onnx", path.read_bytes())},
+            data={
+                "name": "job-colours",
+                "task": "image-classification",
+                "labels": "\n".join(COLOURS),
+                "preprocessing": '{"mean": [0, 0, 0], "std": [1, 1, 1]}',
+            },
+        )
+        assert r.status_code == 201, r.text
+        return r.json()
+
+
+@pytest.fixture(scope="module")
+def slow_version(stack, jay, tmp_path_factory):
+    """A model whose benchmark takes seconds (1000 runs on 1024x1024 inputs), to catch a job running."""
+    path = colour_classifier(tmp_path_factory.mktemp("s") / "m.onnx", size=1024)
+    with stack.client(jay["manage"]) as api:
+        r = api.post(
+            "/api/v1/models",
+            files={"file": ("m.onnx", path.read_bytes())},
+            data={
+                "name": "job-slow",
+                "task": "image-classification",
+                "labels": "\n".join(COLOURS),
+                "preprocessing": '{"mean": [0, 0, 0], "std": [1, 1, 1]}',
+            },
+        )
         assert r.status_code == 201, r.text
         return r.json()
 
@@ -42,8 +70,14 @@ def wait_job(api, job_id, statuses, timeout=120):
 
 def test_static_int8_job_yields_a_deployable_version_with_a_report(stack, jay, version):
     with stack.client(jay["manage"]) as api:
-        job = api.post("/api/v1/jobs", json={"version_id": version["id"], "kind": "quantize_int8",
-                                            "options": {"mode": "static", "calibration_limit": 16}}).json()
+        job = api.post(
+            "/api/v1/jobs",
+            json={
+                "version_id": version["id"],
+                "kind": "quantize_int8",
+                "options": {"mode": "static", "calibration_limit": 16},
+            },
+        ).json()
         done = wait_job(api, job["id"], {"succeeded", "failed"})
         assert done["status"] == "succeeded", done["error"]
         assert done["progress"] == 100 and done["output"] == "job-colours:2"
@@ -53,32 +87,43 @@ def test_static_int8_job_yields_a_deployable_version_with_a_report(stack, jay, v
         assert child["precision"] == "int8" and child["parent_id"] == version["id"]
         report = child["report"]
         assert 0.9 <= report["agreement"]["top1_agreement"] <= 1.0
-        assert set(report["latency"]["speedup"]) == {"1", "8"} and report["latency"]["child"]["size_bytes"] > 0
+        assert (
+            set(report["latency"]["speedup"]) == {"1", "8"} and report["latency"]["child"]["size_bytes"] > 0
+        )
         assert child["lineage"]["options"] == {"mode": "static", "calibration_limit": 16}
-        r = api.post("/api/v1/deployments", json={"name": "job-colours-int8", "model_version_id": child["id"]})
+        r = api.post(
+            "/api/v1/deployments", json={"name": "job-colours-int8", "model_version_id": child["id"]}
+        )
         assert r.status_code == 201
         stack.wait_deployment(api, "job-colours-int8")
     with stack.client(jay["infer"]) as c:
-        answer = c.post("/v1/deployments/job-colours-int8/predict", content=image_bytes((240, 20, 20)),
-                        headers={"Content-Type": "image/jpeg"})
+        answer = c.post(
+            "/v1/deployments/job-colours-int8/predict",
+            content=image_bytes((240, 20, 20)),
+            headers={"Content-Type": "image/jpeg"},
+        )
     assert answer.status_code == 200 and answer.json()["predictions"][0]["label"] == "red"
     assert answer.json()["model_version"] == "job-colours:2"
 
 
-def test_cancelling_a_running_job_stops_it(stack, jay, version):
+def test_cancelling_a_running_job_stops_it(stack, jay, slow_version):
     with stack.client(jay["manage"]) as api:
-        job = api.post("/api/v1/jobs", json={"version_id": version["id"], "kind": "benchmark",
-                                            "options": {"runs": 5_000_000}}).json()
+        job = api.post(
+            "/api/v1/jobs",
+            json={"version_id": slow_version["id"], "kind": "benchmark", "options": {"runs": 1000}},
+        ).json()
         wait_job(api, job["id"], {"running"}, timeout=60)
         assert api.post(f"/api/v1/jobs/{job['id']}/cancel").status_code == 200
         done = wait_job(api, job["id"], {"cancelled", "succeeded", "failed"}, timeout=30)
         assert done["status"] == "cancelled"
 
 
-def test_a_job_whose_worker_is_killed_ends_failed_and_can_be_retried(stack, jay, version):
+def test_a_job_whose_worker_is_killed_ends_failed_and_can_be_retried(stack, jay, slow_version):
     with stack.client(jay["manage"]) as api:
-        job = api.post("/api/v1/jobs", json={"version_id": version["id"], "kind": "benchmark",
-                                            "options": {"runs": 5_000_000}}).json()
+        job = api.post(
+            "/api/v1/jobs",
+            json={"version_id": slow_version["id"], "kind": "benchmark", "options": {"runs": 1000}},
+        ).json()
         wait_job(api, job["id"], {"running"}, timeout=60)
         stack.kill("worker", signal.SIGKILL)
         stack.start_worker()
@@ -88,5 +133,8 @@ def test_a_job_whose_worker_is_killed_ends_failed_and_can_be_retried(stack, jay,
         assert retried["status"] == "queued"
         wait_job(api, job["id"], {"running"}, timeout=60)
         api.post(f"/api/v1/jobs/{job['id']}/cancel")
-        assert wait_job(api, job["id"], {"cancelled", "failed", "succeeded"}, timeout=30)["status"] == "cancelled"
+        assert (
+            wait_job(api, job["id"], {"cancelled", "failed", "succeeded"}, timeout=30)["status"]
+            == "cancelled"
+        )
     assert os.path.exists(stack.logs / "worker.log")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from tiny_models import PREPROCESSING, tiny_cnn, tiny_vit_folder
 
-from inference.jobs.evaluate import evaluate
-from inference.jobs.export import export_onnx
-from inference.jobs.graph import convert_fp16
-from inference.jobs.quantize import quantize_static_int8, recommended_options
-from inference.jobs.steps import JobCancelled
+from inference.conversion.evaluate import evaluate
+from inference.conversion.export import export_onnx
+from inference.conversion.graph import convert_fp16
+from inference.conversion.quantize import quantize_static_int8, recommended_options
+from inference.conversion.steps import JobCancelled
+from tests.support.tiny_models import PREPROCESSING, tiny_cnn, tiny_vit_folder
 
 
 def _cancel_after(checks: int):

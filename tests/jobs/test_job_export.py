@@ -10,10 +10,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
-from tiny_models import tiny_bert_folder, tiny_vit_folder
 
-from inference.jobs.export import export_onnx
+from inference.conversion.export import export_onnx
 from inference.validation.formats import InvalidModel
+from tests.support.tiny_models import tiny_bert_folder, tiny_vit_folder
 
 
 def _run(path, feeds):

@@ -6,13 +6,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from tiny_models import PREPROCESSING, tiny_bert_folder, tiny_cnn, tiny_llama_folder
 
-from inference.jobs.benchmark import benchmark, compare_latency
-from inference.jobs.evaluate import evaluate
-from inference.jobs.export import export_onnx
-from inference.jobs.graph import convert_fp16, optimize_graph
-from inference.jobs.quantize import quantize_dynamic_int8, quantize_static_int8, recommended_options
+from inference.conversion.benchmark import benchmark, compare_latency
+from inference.conversion.evaluate import evaluate
+from inference.conversion.export import export_onnx
+from inference.conversion.graph import convert_fp16, optimize_graph
+from inference.conversion.quantize import quantize_dynamic_int8, quantize_static_int8, recommended_options
+from tests.support.tiny_models import PREPROCESSING, tiny_bert_folder, tiny_cnn, tiny_llama_folder
 
 
 @pytest.fixture(scope="module")

@@ -43,32 +43,46 @@ class Command(BaseCommand):
             return model.versions.order_by("-number").first()
         self.stdout.write(f"Exporting demo model {name} to ONNX…")
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the exporters' tracer warnings say nothing useful to a user here
+            warnings.simplefilter(
+                "ignore"
+            )  # the exporters' tracer warnings say nothing useful to a user here
             version = model_version_upload(team=team, actor=account, upload=make_upload())
         self.stdout.write(f"Registered {version} ({version.size_bytes / 1e6:.1f} MB)")
         return version
 
     def _deploy(self, team, account, name, version):
         if not Deployment.objects.filter(name=name).exists():
-            deployment_create(team=team, actor=account, spec=DeploymentSpec(name=name, model_version_id=version.pk))
+            deployment_create(
+                team=team, actor=account, spec=DeploymentSpec(name=name, model_version_id=version.pk)
+            )
             self.stdout.write(f"Deployment {name} created")
 
     def _image(self, team, account, tmp: Path):
         def upload():
             path = efficientnet.export_onnx(tmp / "efficientnet.onnx")
-            return UploadedModel(name="efficientnet-lite0", task="image-classification", model_chunks=_chunks(path),
-                                 labels_text="\n".join(efficientnet.imagenet_labels()),
-                                 preprocessing=efficientnet.PREPROCESSING,
-                                 description="EfficientNet-Lite0, ImageNet-1k (demo)")
+            return UploadedModel(
+                name="efficientnet-lite0",
+                task="image-classification",
+                model_chunks=_chunks(path),
+                labels_text="\n".join(efficientnet.imagenet_labels()),
+                preprocessing=efficientnet.PREPROCESSING,
+                description="EfficientNet-Lite0, ImageNet-1k (demo)",
+            )
 
-        self._deploy(team, account, "efficientnet-lite0", self._version(team, account, "efficientnet-lite0", upload))
+        self._deploy(
+            team, account, "efficientnet-lite0", self._version(team, account, "efficientnet-lite0", upload)
+        )
 
     def _text(self, team, account, tmp: Path):
         def upload():
             path = minilm.export_onnx(tmp / "minilm.onnx")
-            return UploadedModel(name="minilm-l6", task="feature-extraction", model_chunks=_chunks(path),
-                                 tokenizer_chunks=_chunks(minilm.model_folder() / "tokenizer.json"),
-                                 description="all-MiniLM-L6-v2 sentence embeddings (demo)")
+            return UploadedModel(
+                name="minilm-l6",
+                task="feature-extraction",
+                model_chunks=_chunks(path),
+                tokenizer_chunks=_chunks(minilm.model_folder() / "tokenizer.json"),
+                description="all-MiniLM-L6-v2 sentence embeddings (demo)",
+            )
 
         self._deploy(team, account, "minilm-l6", self._version(team, account, "minilm-l6", upload))
 
@@ -76,9 +90,14 @@ class Command(BaseCommand):
         def upload():
             self.stdout.write("Training the toy chat model (about a minute; it only knows a few dialogues)…")
             onnx_path, tokenizer, generation = tiny_chat.build_and_export(tmp / "tiny-chat")
-            return UploadedModel(name="tiny-chat", task="text-generation", model_chunks=_chunks(onnx_path),
-                                 tokenizer_chunks=_chunks(tokenizer), generation=generation,
-                                 description="A toy chat model (0.4 M parameters) trained for seconds on a few "
-                                             "dialogues bundled with Lantau: it shows streaming, not intelligence.")
+            return UploadedModel(
+                name="tiny-chat",
+                task="text-generation",
+                model_chunks=_chunks(onnx_path),
+                tokenizer_chunks=_chunks(tokenizer),
+                generation=generation,
+                description="A toy chat model (0.4 M parameters) trained for seconds on a few "
+                "dialogues bundled with Lantau: it shows streaming, not intelligence.",
+            )
 
         self._deploy(team, account, "tiny-chat", self._version(team, account, "tiny-chat", upload))

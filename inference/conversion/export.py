@@ -13,10 +13,15 @@ import inspect
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from inference.jobs.graph import model_report
-from inference.jobs.steps import Cancelled, Progress, Steps, job_steps
+from inference.conversion.graph import model_report
+from inference.conversion.steps import Cancelled, Progress, Steps, job_steps
 from inference.validation.formats import InvalidModel, sniff
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
 
 OPSET = 17
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -31,7 +36,7 @@ def export_onnx(
     cancelled: Cancelled | None = None,
     *,
     input_shape: Sequence[int] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Write ``out_dir/model.onnx`` (plus tokenizer.json for text) and return its report.
 
     ``task`` defaults to the one detected from an HF config; TorchScript needs ``input_shape``
@@ -49,7 +54,7 @@ def export_onnx(
     return report
 
 
-def _export_hf(info: dict, out_dir: Path, task: str, step: Steps) -> dict:
+def _export_hf(info: dict[str, Any], out_dir: Path, task: str, step: Steps) -> dict[str, Any]:
     if task not in HF_TASKS:
         raise InvalidModel(f"cannot export task {task!r} from a Hugging Face folder")
     if task == "text-generation":
@@ -77,7 +82,7 @@ def _export_hf(info: dict, out_dir: Path, task: str, step: Steps) -> dict:
     )
 
 
-def _load_hf(folder: Path, task: str):
+def _load_hf(folder: Path, task: str) -> PreTrainedModel:
     import transformers
 
     auto = {
@@ -85,13 +90,14 @@ def _load_hf(folder: Path, task: str):
         "text-classification": transformers.AutoModelForSequenceClassification,
         "feature-extraction": transformers.AutoModel,
     }[task]
-    model = auto.from_pretrained(
+    model: PreTrainedModel = auto.from_pretrained(  # the auto classes return Any
         str(folder), local_files_only=True, trust_remote_code=False, use_safetensors=True
     )
-    return model.eval()
+    model.eval()  # type: ignore[no-untyped-call]  # transformers leaves PreTrainedModel.eval unannotated
+    return model
 
 
-def _first_output(model, names: Sequence[str]):
+def _first_output(model: PreTrainedModel, names: Sequence[str]) -> torch.nn.Module:
     """Wrap an HF model so the exported graph takes positional inputs and returns one tensor."""
     import torch
 
@@ -100,13 +106,14 @@ def _first_output(model, names: Sequence[str]):
             super().__init__()
             self.model = model
 
-        def forward(self, *args):
-            return self.model(**dict(zip(names, args, strict=True)), return_dict=False)[0]
+        def forward(self, *args: torch.Tensor) -> torch.Tensor:
+            first: torch.Tensor = self.model(**dict(zip(names, args, strict=True)), return_dict=False)[0]
+            return first
 
     return FirstOutput().eval()
 
 
-def _export_image(model, path: Path, preprocessing: dict | None) -> list[str]:
+def _export_image(model: PreTrainedModel, path: Path, preprocessing: dict[str, Any] | None) -> list[str]:
     import torch
 
     height, width = (preprocessing or {}).get("input_size") or _image_size(model)
@@ -124,12 +131,12 @@ def _export_image(model, path: Path, preprocessing: dict | None) -> list[str]:
     return ["pixel_values"]
 
 
-def _image_size(model) -> tuple[int, int]:
+def _image_size(model: PreTrainedModel) -> tuple[int, int]:
     size = getattr(model.config, "image_size", 224)
     return (size, size) if isinstance(size, int) else tuple(size)
 
 
-def _export_text(model, path: Path, task: str) -> list[str]:
+def _export_text(model: PreTrainedModel, path: Path, task: str) -> list[str]:
     import torch
 
     accepted = inspect.signature(model.forward).parameters
@@ -147,7 +154,14 @@ def _export_text(model, path: Path, task: str) -> list[str]:
     return names
 
 
-def _torch_export(module, args, path: Path, inputs, outputs, axes) -> None:
+def _torch_export(
+    module: torch.nn.Module,
+    args: tuple[torch.Tensor, ...],
+    path: Path,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    axes: dict[str, dict[int, str]],
+) -> None:
     import torch
 
     with torch.no_grad():
@@ -171,14 +185,17 @@ def _save_tokenizer(folder: Path, out_dir: Path) -> str | None:
         return str(target)
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+    # transformers leaves AutoTokenizer.from_pretrained unannotated
+    tokenizer = AutoTokenizer.from_pretrained(  # type: ignore[no-untyped-call]
+        str(folder), local_files_only=True, trust_remote_code=False
+    )
     if not getattr(tokenizer, "is_fast", False):
         return None
     tokenizer.backend_tokenizer.save(str(target))
     return str(target)
 
 
-def _export_causal_lm(folder: Path, out_dir: Path, step: Steps) -> dict:
+def _export_causal_lm(folder: Path, out_dir: Path, step: Steps) -> dict[str, Any]:
     try:
         causal_lm = importlib.import_module("inference.export.causal_lm")
     except ModuleNotFoundError:
@@ -205,14 +222,17 @@ def _export_causal_lm(folder: Path, out_dir: Path, step: Steps) -> dict:
     }
 
 
-def _export_torchscript(path: Path, out_dir: Path, task: str | None, input_shape, step: Steps) -> dict:
+def _export_torchscript(
+    path: Path, out_dir: Path, task: str | None, input_shape: Sequence[int] | None, step: Steps
+) -> dict[str, Any]:
     import torch
 
     if not input_shape or len(input_shape) < 2 or any(int(d) < 1 for d in input_shape):
         raise InvalidModel("exporting TorchScript needs an example input shape, e.g. [1, 3, 224, 224]")
     step(10, "loading the TorchScript module")
     try:
-        module = torch.jit.load(str(path), map_location="cpu").eval()
+        # torch.jit.load is unannotated
+        module = torch.jit.load(str(path), map_location="cpu").eval()  # type: ignore[no-untyped-call]
     except RuntimeError as exc:
         raise InvalidModel(f"the TorchScript archive does not load: {str(exc).strip()[:300]}") from None
     step(40, "exporting to ONNX")

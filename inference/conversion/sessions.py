@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-_NP = {
+if TYPE_CHECKING:
+    import onnxruntime as ort  # untyped (no stubs): its classes are Any to mypy
+
+_NP: dict[str, type[np.generic]] = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
     "tensor(double)": np.float64,
@@ -16,7 +20,7 @@ _NP = {
 }
 
 
-def open_session(path: Path, threads: int = 0):
+def open_session(path: Path, threads: int = 0) -> ort.InferenceSession:
     """A CPU session; ``threads`` 0 lets onnxruntime use every core of the worker."""
     import onnxruntime as ort
 
@@ -26,14 +30,14 @@ def open_session(path: Path, threads: int = 0):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def input_dtype(session, name: str):
+def input_dtype(session: ort.InferenceSession, name: str) -> type[np.generic]:
     spec = next(i for i in session.get_inputs() if i.name == name)
     return _NP.get(spec.type, np.float32)
 
 
-def text_feeds(session, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def text_feeds(session: ort.InferenceSession, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The model's own text inputs from tokenized arrays; empty past key/values for cached decoders."""
-    feeds = {}
+    feeds: dict[str, np.ndarray] = {}
     batch, length = arrays["input_ids"].shape
     for spec in session.get_inputs():
         if spec.name in arrays:
@@ -47,7 +51,7 @@ def text_feeds(session, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _empty_past(spec, batch: int) -> np.ndarray:
+def _empty_past(spec: ort.NodeArg, batch: int) -> np.ndarray:
     # [batch, heads, 0, head_dim]: a cache holding no tokens yet; fixed dims come from the graph.
     dims = [d if isinstance(d, int) else 0 for d in spec.shape]
     if len(dims) != 4 or dims[1] == 0 or dims[3] == 0:
@@ -55,7 +59,9 @@ def _empty_past(spec, batch: int) -> np.ndarray:
     return np.zeros((batch, dims[1], 0, dims[3]), dtype=_NP.get(spec.type, np.float32))
 
 
-def synthetic_feeds(session, batch: int, sequence_length: int = 32, seed: int = 0) -> dict[str, np.ndarray]:
+def synthetic_feeds(
+    session: ort.InferenceSession, batch: int, sequence_length: int = 32, seed: int = 0
+) -> dict[str, np.ndarray]:
     """Inputs of the right shape and type for timing: normal noise for images, random ids for text."""
     rng = np.random.default_rng(seed)
     inputs = session.get_inputs()

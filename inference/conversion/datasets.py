@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageEnhance, ImageOps
@@ -102,7 +103,8 @@ def skimage_photos() -> list[Image.Image]:
     import skimage.data
 
     photos = [_rgb(getattr(skimage.data, name)()) for name in SKIMAGE_PHOTOS]
-    left, right, _ = skimage.data.stereo_motorcycle()
+    # skimage's lazy-loader stub leaves stereo_motorcycle unannotated
+    left, right, _ = skimage.data.stereo_motorcycle()  # type: ignore[no-untyped-call]
     photos += [_rgb(left), _rgb(right)]
     try:
         from sklearn.datasets import load_sample_images
@@ -156,7 +158,7 @@ def calibration_images(folder: Path | None = None, limit: int = 64) -> list[Imag
     return [Image.open(p).convert("RGB") for p in paths[:limit]]
 
 
-def image_arrays(images: list[Image.Image], preprocessing: dict) -> np.ndarray:
+def image_arrays(images: list[Image.Image], preprocessing: dict[str, Any]) -> np.ndarray:
     """NCHW float32 exactly as the runner prepares them."""
     prep = Preprocessing(
         input_size=tuple(preprocessing["input_size"]),

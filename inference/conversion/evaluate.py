@@ -7,14 +7,19 @@ Generators: next-token agreement and the change in perplexity.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inference.jobs import datasets
-from inference.jobs.sessions import open_session, text_feeds
-from inference.jobs.steps import Cancelled, JobCancelled, Progress, Steps
+from inference.conversion import datasets
+from inference.conversion.sessions import open_session, text_feeds
+from inference.conversion.steps import Cancelled, JobCancelled, Progress, Steps
 from inference.runner.postprocess import l2_normalize, mean_pool, softmax
+
+if TYPE_CHECKING:
+    import onnxruntime as ort  # untyped (no stubs): its classes are Any to mypy
 
 BATCH = 8
 CONFIDENT = 0.5
@@ -26,12 +31,12 @@ def evaluate(
     task: str,
     dataset: Path | None = None,
     *,
-    preprocessing: dict | None = None,
+    preprocessing: dict[str, Any] | None = None,
     tokenizer: Path | None = None,
     limit: int = 256,
     progress: Progress | None = None,
     cancelled: Cancelled | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Run both models on the task's validation inputs (``dataset``: image folder or text file) and compare."""
     step = Steps(progress, cancelled)
     step(0, "loading the validation inputs")
@@ -41,7 +46,7 @@ def evaluate(
         images = (
             datasets.validation_images() if dataset is None else datasets.calibration_images(dataset, limit)
         )
-        inputs: dict = {"pixels": datasets.image_arrays(images, preprocessing)}
+        inputs: dict[str, np.ndarray] = {"pixels": datasets.image_arrays(images, preprocessing)}
     elif task in ("feature-extraction", "text-classification", "text-generation"):
         if tokenizer is None:
             raise ValueError(f"evaluating a {task} model needs its tokenizer.json")
@@ -53,6 +58,7 @@ def evaluate(
     step(55, "running the converted model")
     child = _outputs(child_path, inputs, step)
     step(95, "comparing")
+    metrics: Mapping[str, float | None]
     if task in ("image-classification", "text-classification"):
         metrics = classifier_agreement(parent, child)
     elif task == "feature-extraction":
@@ -65,12 +71,13 @@ def evaluate(
         "task": task,
         "count": int(parent.shape[0]),
         "dataset": str(dataset) if dataset else "built-in",
-    } | metrics
+        **metrics,
+    }
 
 
 def _outputs(path: Path, inputs: dict[str, np.ndarray], step: Steps) -> np.ndarray:
     session = open_session(path)
-    outputs = []
+    outputs: list[np.ndarray] = []
     for batch in datasets.batches(inputs, BATCH):
         if step.cancelled():
             raise JobCancelled("cancelled during evaluation")
@@ -82,7 +89,7 @@ def _outputs(path: Path, inputs: dict[str, np.ndarray], step: Steps) -> np.ndarr
     return np.concatenate(outputs)
 
 
-def _image_dtype(session):
+def _image_dtype(session: ort.InferenceSession) -> type[np.floating[Any]]:
     return np.float16 if session.get_inputs()[0].type == "tensor(float16)" else np.float32
 
 
@@ -91,7 +98,9 @@ def _pooled(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return l2_normalize(pooled)
 
 
-def classifier_agreement(parent_logits: np.ndarray, child_logits: np.ndarray) -> dict:
+def classifier_agreement(
+    parent_logits: np.ndarray, child_logits: np.ndarray
+) -> dict[str, float | int | None]:
     parent, child = softmax(parent_logits), softmax(child_logits)
     parent_top1, child_top1 = parent.argmax(axis=1), child.argmax(axis=1)
     agree = parent_top1 == child_top1
@@ -108,7 +117,7 @@ def classifier_agreement(parent_logits: np.ndarray, child_logits: np.ndarray) ->
     }
 
 
-def embedding_similarity(parent: np.ndarray, child: np.ndarray) -> dict:
+def embedding_similarity(parent: np.ndarray, child: np.ndarray) -> dict[str, float]:
     cosine = (l2_normalize(parent) * l2_normalize(child)).sum(axis=1)
     return {
         "mean_cosine": float(cosine.mean()),
@@ -117,7 +126,9 @@ def embedding_similarity(parent: np.ndarray, child: np.ndarray) -> dict:
     }
 
 
-def generator_agreement(parent: np.ndarray, child: np.ndarray, ids: np.ndarray, mask: np.ndarray) -> dict:
+def generator_agreement(
+    parent: np.ndarray, child: np.ndarray, ids: np.ndarray, mask: np.ndarray
+) -> dict[str, float]:
     """Logits [batch, tokens, vocab]: next-token argmax agreement and perplexity on the texts themselves."""
     valid = mask[:, 1:].astype(bool)  # position t predicts token t+1
     agree = parent[:, :-1].argmax(-1) == child[:, :-1].argmax(-1)

@@ -11,11 +11,12 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from inference.jobs.sessions import open_session, synthetic_feeds
-from inference.jobs.steps import Cancelled, Progress, Steps
+from inference.conversion.sessions import open_session, synthetic_feeds
+from inference.conversion.steps import Cancelled, Progress, Steps
 
 
 def benchmark(
@@ -30,7 +31,7 @@ def benchmark(
     threads: int = 0,
     progress: Progress | None = None,
     cancelled: Cancelled | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Size, p50/p90 latency per batch size and throughput (items per second at the p50)."""
     step = Steps(progress, cancelled)
     step(0, "loading the model")
@@ -60,11 +61,11 @@ def compare_latency(
     threads: int = 0,
     progress: Progress | None = None,
     cancelled: Cancelled | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Benchmark both models in alternating rounds; speed-up = parent p50 / child p50 per batch size."""
     step = Steps(progress, cancelled)
     timers = [_Timer(p, batch_sizes, sequence_length, threads, warmup=3) for p in (parent, child)]
-    samples = [{b: [] for b in batch_sizes} for _ in timers]
+    samples: list[dict[int, list[list[float]]]] = [{b: [] for b in batch_sizes} for _ in timers]
     for index in range(rounds):
         step(100 * index / rounds, f"timing round {index + 1} of {rounds}")
         for batch in batch_sizes:
@@ -88,7 +89,9 @@ def compare_latency(
 
 
 class _Timer:
-    def __init__(self, path: Path, batch_sizes, sequence_length: int, threads: int, warmup: int) -> None:
+    def __init__(
+        self, path: Path, batch_sizes: Sequence[int], sequence_length: int, threads: int, warmup: int
+    ) -> None:
         self.path = Path(path)
         self.session = open_session(path, threads)
         self.sequence_length = sequence_length
@@ -106,7 +109,7 @@ class _Timer:
             times.append(time.perf_counter() - start)
         return times
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         extra = sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + ".*data"))
         text = "input_ids" in {i.name for i in self.session.get_inputs()}
         return {
@@ -117,7 +120,7 @@ class _Timer:
         }
 
 
-def _summary(rounds: list[list[float]], batch: int) -> dict:
+def _summary(rounds: list[list[float]], batch: int) -> dict[str, Any]:
     medians = [float(np.median(r)) for r in rounds]
     every = np.concatenate([np.asarray(r) for r in rounds])
     p50 = min(medians)

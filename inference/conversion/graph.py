@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from inference.jobs.steps import Cancelled, Progress, job_steps
+from inference.conversion.steps import Cancelled, Progress, job_steps
+
+if TYPE_CHECKING:
+    import onnx
 
 # ORT_ENABLE_ALL adds layout transforms tied to the machine that ran them; saved models should stay portable.
 LEVELS = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED"}
@@ -17,7 +21,7 @@ def optimize_graph(
     level: str = "extended",
     progress: Progress | None = None,
     cancelled: Cancelled | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Let onnxruntime fuse and fold the graph once, offline, and save the result to ``dst``."""
     import onnxruntime as ort
 
@@ -42,7 +46,7 @@ def convert_fp16(
     op_block_list: list[str] | None = None,
     progress: Progress | None = None,
     cancelled: Cancelled | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Store weights and compute in float16; inputs and outputs stay float32 by default.
 
     Uses onnxconverter-common when installed, else the same converter shipped in onnxruntime.
@@ -66,7 +70,7 @@ def convert_fp16(
     return report
 
 
-def save_model(model, dst: Path) -> None:
+def save_model(model: onnx.ModelProto, dst: Path) -> None:
     """Save, spilling weights to ``<name>.data`` only when the protobuf would pass its 2 GiB limit."""
     import onnx
 
@@ -74,7 +78,7 @@ def save_model(model, dst: Path) -> None:
     onnx.save_model(model, str(dst), save_as_external_data=large, location=Path(dst).name + ".data")
 
 
-def model_report(path: Path, *, precision: str, options: dict) -> dict:
+def model_report(path: Path, *, precision: str, options: dict[str, Any]) -> dict[str, Any]:
     """Size on disk (with external data), inputs/outputs and what produced it."""
     import onnx
 
@@ -92,7 +96,7 @@ def model_report(path: Path, *, precision: str, options: dict) -> dict:
     }
 
 
-def _describe(value_info) -> dict:
+def _describe(value_info: onnx.ValueInfoProto) -> dict[str, Any]:
     import onnx
 
     tensor = value_info.type.tensor_type

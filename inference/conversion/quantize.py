@@ -5,12 +5,13 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from inference.jobs import datasets
-from inference.jobs.graph import model_report
-from inference.jobs.steps import Cancelled, JobCancelled, Progress, Steps, job_steps, scratch_dir
+from inference.conversion import datasets
+from inference.conversion.graph import model_report
+from inference.conversion.steps import Cancelled, JobCancelled, Progress, Steps, job_steps, scratch_dir
 
 METHODS = ("MinMax", "Entropy", "Percentile")
 FORMATS = ("QDQ", "QOperator")
@@ -18,7 +19,7 @@ TYPES = ("QInt8", "QUInt8")
 HISTOGRAM_BATCH = 4  # histogram collectors need equal-shaped batches: ragged tails are dropped
 
 # Chosen on the demo models (see docs/quantization.md for the figures behind them).
-RECOMMENDED = {
+RECOMMENDED: dict[str, dict[str, Any]] = {
     "image-classification": {
         "mode": "static",
         "method": "MinMax",
@@ -41,7 +42,7 @@ RECOMMENDED = {
 RECOMMENDED["text-classification"] = RECOMMENDED["feature-extraction"]
 
 
-def recommended_options(task: str) -> dict:
+def recommended_options(task: str) -> dict[str, Any]:
     """The quantization settings that met our accuracy and speed targets for ``task`` (a fresh copy)."""
     if task not in RECOMMENDED:
         raise ValueError(f"no recommended quantization for task {task!r}")
@@ -76,7 +77,7 @@ def quantize_dynamic_int8(
     exclude_op_types: Sequence[str] = (),
     progress: Progress | None = None,
     cancelled: Cancelled | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Weights to INT8 ahead of time, activations quantized on the fly; no calibration data needed."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -111,7 +112,7 @@ def quantize_static_int8(
     dst: Path,
     *,
     task: str,
-    preprocessing: dict | None = None,
+    preprocessing: dict[str, Any] | None = None,
     tokenizer: Path | None = None,
     calibration: Path | None = None,
     calibration_limit: int = 64,
@@ -125,7 +126,7 @@ def quantize_static_int8(
     exclude_op_types: Sequence[str] = (),
     progress: Progress | None = None,
     cancelled: Cancelled | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Weights and activations to INT8, activation ranges calibrated on images or text lines.
 
     ``calibration`` is a folder of images or a text file (one input per line); by default the bundled
@@ -167,7 +168,12 @@ def quantize_static_int8(
 
 
 def _run_static(
-    prepared: Path, dst: Path, feeds: dict, options: dict, skipped: list[str], step: Steps
+    prepared: Path,
+    dst: Path,
+    feeds: dict[str, np.ndarray],
+    options: dict[str, Any],
+    skipped: list[str],
+    step: Steps,
 ) -> None:
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -196,7 +202,7 @@ class _Reader:
         self._batches = iter(list(datasets.batches(feeds, batch)))
         self._step = step
 
-    def get_next(self) -> dict | None:
+    def get_next(self) -> dict[str, np.ndarray] | None:
         if self._step.cancelled():
             raise JobCancelled("cancelled during calibration")
         return next(self._batches, None)
@@ -210,7 +216,7 @@ def calibration_feeds(
     task: str,
     source: Path | None,
     limit: int,
-    preprocessing: dict | None,
+    preprocessing: dict[str, Any] | None,
     tokenizer: Path | None,
 ) -> dict[str, np.ndarray]:
     """Model feeds for calibration, named after the model's own inputs."""

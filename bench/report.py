@@ -1,7 +1,7 @@
 """Reproduce the figures in docs/quantization.md for a demo model.
 
-    python -m inference.jobs.report efficientnet [--workdir DIR] [--options '{"method": "Entropy"}']
-    python -m inference.jobs.report minilm
+    python -m bench.report efficientnet [--workdir DIR] [--options '{"method": "Entropy"}']
+    python -m bench.report minilm
 
 Exports the demo model to FP32 ONNX, quantizes it with ``recommended_options(task)`` (overridden by
 ``--options``), evaluates agreement on the built-in validation set and times both models in
@@ -16,9 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from inference.jobs.benchmark import compare_latency
-from inference.jobs.evaluate import evaluate
-from inference.jobs.quantize import quantize_dynamic_int8, quantize_static_int8, recommended_options
+from inference.conversion.benchmark import compare_latency
+from inference.conversion.evaluate import evaluate
+from inference.conversion.quantize import quantize_dynamic_int8, quantize_static_int8, recommended_options
 
 DEMOS = {"efficientnet": "image-classification", "minilm": "feature-extraction"}
 
@@ -70,9 +70,7 @@ def report(name: str, workdir: Path, overrides: dict, runs: int, rounds: int) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m inference.jobs.report", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.splitlines()[0])
     parser.add_argument("model", choices=sorted(DEMOS))
     parser.add_argument("--workdir", type=Path, default=None, help="keep the exported models here")
     parser.add_argument("--options", default="{}", help="JSON overriding recommended_options(task)")
