@@ -21,7 +21,9 @@ def deployment_list(request):
 
 @router.post("", response={201: DeploymentOut})
 def deployment_new(request, payload: DeploymentIn):
-    deployment = deployment_create(team=request.auth.team, actor=request.auth.user, spec=DeploymentSpec(**payload.dict()))
+    deployment = deployment_create(
+        team=request.auth.team, actor=request.auth.user, spec=DeploymentSpec(**payload.dict())
+    )
     return Status(201, selectors.deployment_get(team=request.auth.team, name=deployment.name))
 
 
@@ -33,9 +35,14 @@ def deployment_show(request, name: str):
 @router.patch("/{name}", response=DeploymentOut)
 def deployment_change(request, name: str, payload: DeploymentPatch):
     deployment = selectors.deployment_get(team=request.auth.team, name=name)
-    deployment_update(team=request.auth.team, actor=request.auth.user, deployment=deployment,
-                      replicas=payload.replicas, desired_state=payload.state,
-                      model_version_id=payload.model_version_id)
+    deployment_update(
+        team=request.auth.team,
+        actor=request.auth.user,
+        deployment=deployment,
+        replicas=payload.replicas,
+        desired_state=payload.state,
+        model_version_id=payload.model_version_id,
+    )
     return selectors.deployment_get(team=request.auth.team, name=name)
 
 

@@ -55,7 +55,7 @@ class ImageClassification:
 
     def warmup(self, max_batch_size: int) -> None:
         height, width = self.prepare.height, self.prepare.width
-        blank = np.zeros((3, height, width), dtype=self.prepare.dtype)
+        blank: np.ndarray = np.zeros((3, height, width), dtype=self.prepare.dtype)
         classes = self.run_batch([blank])[0].shape[0]
         self.run_batch([blank] * max_batch_size)
         if not self.labels:
@@ -94,7 +94,9 @@ class FeatureExtraction:
             types[row, : len(item)] = item.type_ids
             mask[row, : len(item)] = 1
         arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        output = self.engine.run({name: arrays[name].astype(dtype, copy=False) for name, dtype in self.feeds})[0]
+        output = self.engine.run(
+            {name: arrays[name].astype(dtype, copy=False) for name, dtype in self.feeds}
+        )[0]
         return output, mask
 
     def run_batch(self, items: list[Encoded]) -> list[np.ndarray]:
@@ -133,7 +135,9 @@ class TextClassification(FeatureExtraction):
         if not self.labels:
             self.labels = tuple(f"class_{i}" for i in range(classes))
         elif len(self.labels) != classes:
-            raise ConfigError(f"manifest has {len(self.labels)} labels but the model outputs {classes} classes")
+            raise ConfigError(
+                f"manifest has {len(self.labels)} labels but the model outputs {classes} classes"
+            )
 
 
 Pipeline = ImageClassification | FeatureExtraction | TextClassification

@@ -10,7 +10,8 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     logits = logits.astype(np.float32, copy=False)
     shifted = logits - logits.max(axis=-1, keepdims=True)
     exp = np.exp(shifted)
-    return exp / exp.sum(axis=-1, keepdims=True)
+    probabilities: np.ndarray = exp / exp.sum(axis=-1, keepdims=True)
+    return probabilities
 
 
 def top_k(scores: np.ndarray, k: int) -> list[tuple[int, float]]:
@@ -29,7 +30,8 @@ def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     weights = mask.astype(np.float32)[:, :, None]
     summed = (hidden.astype(np.float32, copy=False) * weights).sum(axis=1)
     counts = np.clip(weights.sum(axis=1), 1e-9, None)
-    return summed / counts
+    pooled: np.ndarray = summed / counts
+    return pooled
 
 
 def cls_pool(hidden: np.ndarray) -> np.ndarray:
@@ -38,4 +40,5 @@ def cls_pool(hidden: np.ndarray) -> np.ndarray:
 
 def l2_normalize(vectors: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
-    return vectors / np.maximum(norms, eps)
+    normalized: np.ndarray = vectors / np.maximum(norms, eps)
+    return normalized

@@ -8,6 +8,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from PIL import Image, ImageOps, UnidentifiedImageError
 from tokenizers import Tokenizer
 
@@ -30,7 +31,7 @@ TOO_LARGE = (
 class ImagePreprocessor:
     """Decode, resize the shorter side, centre-crop and normalise to float32 CHW."""
 
-    def __init__(self, prep: Preprocessing, dtype: type = np.float32) -> None:
+    def __init__(self, prep: Preprocessing, dtype: npt.DTypeLike = np.float32) -> None:
         self.height, self.width = prep.input_size
         self.resize_shorter = prep.resize_shorter
         std = np.asarray(prep.std, dtype=np.float32)
@@ -47,7 +48,7 @@ class ImagePreprocessor:
         if not data:
             raise InvalidInput("the image is empty (zero bytes)")
         try:
-            image = Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS)
+            image: Image.Image = Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS)
         except Image.DecompressionBombError:
             raise InvalidInput(TOO_LARGE) from None
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.db import transaction
 from django.db.models import Count
@@ -26,8 +26,10 @@ from inference.models import (
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeploymentSpec:
+    """A deployment's settings as people choose them; `validate` is the one check for create and update."""
+
     name: str
     model_version_id: int
     replicas: int = 1
@@ -36,20 +38,45 @@ class DeploymentSpec:
     max_batch_size: int = 8
     max_queue_delay_ms: int = 5
 
+    @classmethod
+    def of(cls, deployment: Deployment) -> DeploymentSpec:
+        """The spec a stored deployment runs with, for an update to change and check as a whole."""
+        return cls(
+            name=deployment.name,
+            model_version_id=deployment.model_version_id,
+            replicas=deployment.replicas,
+            region=deployment.region,
+            device=deployment.device,
+            max_batch_size=deployment.max_batch_size,
+            max_queue_delay_ms=deployment.max_queue_delay_ms,
+        )
 
-def _check_spec(spec: DeploymentSpec) -> None:
-    if not _NAME_RE.match(spec.name or ""):
-        raise ValidationFailed("deployment name must be lowercase letters, digits and dashes (max 63)")
-    if not 0 <= spec.replicas <= 32:
-        raise ValidationFailed("replicas must be between 0 and 32")
-    if spec.region not in Region.values:
-        raise ValidationFailed(f"region must be one of {', '.join(Region.values)}")
-    if spec.device not in Device.values:
-        raise ValidationFailed(f"device must be one of {', '.join(Device.values)}")
-    if not 1 <= spec.max_batch_size <= 256:
-        raise ValidationFailed("max_batch_size must be between 1 and 256")
-    if not 0 <= spec.max_queue_delay_ms <= 1000:
-        raise ValidationFailed("max_queue_delay_ms must be between 0 and 1000")
+    def validate(self) -> None:
+        """Refuse values no runner should get (ValidationFailed naming the field)."""
+        if not _NAME_RE.match(self.name or ""):
+            raise ValidationFailed("deployment name must be lowercase letters, digits and dashes (max 63)")
+        if not 0 <= self.replicas <= 32:
+            raise ValidationFailed("replicas must be between 0 and 32")
+        if self.region not in Region.values:
+            raise ValidationFailed(f"region must be one of {', '.join(Region.values)}")
+        if self.device not in Device.values:
+            raise ValidationFailed(f"device must be one of {', '.join(Device.values)}")
+        if not 1 <= self.max_batch_size <= 256:
+            raise ValidationFailed("max_batch_size must be between 1 and 256")
+        if not 0 <= self.max_queue_delay_ms <= 1000:
+            raise ValidationFailed("max_queue_delay_ms must be between 0 and 1000")
+
+
+def _servable_version(*, team: Team, model_version_id: int) -> ModelVersion:
+    """One of the team's versions that a runner can serve (ONNX); 404 for other teams' versions."""
+    version = ModelVersion.objects.filter(pk=model_version_id, model__team=team).first()
+    if version is None:
+        raise NotFound("model version not found")
+    if version.format != "onnx":
+        raise ValidationFailed(
+            f"{version} is {version.format}: runners serve ONNX, so export it to ONNX first"
+        )
+    return version
 
 
 def _enqueue_reconcile(deployment_id: int) -> None:
@@ -59,39 +86,57 @@ def _enqueue_reconcile(deployment_id: int) -> None:
 def deployment_create(*, team: Team, actor, spec: DeploymentSpec) -> Deployment:
     """Create a deployment of one of the team's versions; placement happens in the worker after commit."""
     require_writer(team=team, user=actor)
-    _check_spec(spec)
-    version = ModelVersion.objects.filter(pk=spec.model_version_id, model__team=team).first()
-    if version is None:
-        raise NotFound("model version not found")
-    if version.format != "onnx":
-        raise ValidationFailed(f"{version} is {version.format}: runners serve ONNX, so export it to ONNX first")
+    spec.validate()
+    version = _servable_version(team=team, model_version_id=spec.model_version_id)
     with transaction.atomic():
         if Deployment.objects.select_for_update().filter(name=spec.name).exists():
             raise Conflict(f"a deployment named {spec.name!r} already exists")
         deployment = Deployment.objects.create(
-            team=team, name=spec.name, model_version=version, replicas=spec.replicas, region=spec.region,
-            device=spec.device, max_batch_size=spec.max_batch_size, max_queue_delay_ms=spec.max_queue_delay_ms,
+            team=team,
+            name=spec.name,
+            model_version=version,
+            replicas=spec.replicas,
+            region=spec.region,
+            device=spec.device,
+            max_batch_size=spec.max_batch_size,
+            max_queue_delay_ms=spec.max_queue_delay_ms,
             created_by=actor,
         )
-        audit_record(team=team, actor=actor, action="deployment.create", target=spec.name,
-                     data={"version": str(version), "replicas": spec.replicas, "region": spec.region})
+        audit_record(
+            team=team,
+            actor=actor,
+            action="deployment.create",
+            target=spec.name,
+            data={"version": str(version), "replicas": spec.replicas, "region": spec.region},
+        )
         _enqueue_reconcile(deployment.pk)
     return deployment
 
 
-def deployment_update(*, team: Team, actor, deployment: Deployment, replicas: int | None = None,
-                      desired_state: str | None = None, model_version_id: int | None = None) -> Deployment:
-    """Scale, pause, resume or move to another version; the reconciler rolls replicas over."""
+def deployment_update(
+    *,
+    team: Team,
+    actor,
+    deployment: Deployment,
+    replicas: int | None = None,
+    desired_state: str | None = None,
+    model_version_id: int | None = None,
+) -> Deployment:
+    """Scale, pause, resume or move to another version; the reconciler rolls replicas over.
+
+    The changed spec goes through the same `DeploymentSpec.validate` as a new one, so both refuse
+    the same values with the same message.
+    """
     require_writer(team=team, user=actor)
+    current = DeploymentSpec.of(deployment)
+    replace(
+        current,
+        replicas=current.replicas if replicas is None else replicas,
+        model_version_id=current.model_version_id if model_version_id is None else model_version_id,
+    ).validate()
     version = None
     if model_version_id is not None:
-        version = ModelVersion.objects.filter(pk=model_version_id, model__team=team).first()
-        if version is None:
-            raise NotFound("model version not found")
-        if version.format != "onnx":
-            raise ValidationFailed(f"{version} is {version.format}: runners serve ONNX, so export it to ONNX first")
-    if replicas is not None and not 0 <= replicas <= 32:
-        raise ValidationFailed("replicas must be between 0 and 32")
+        version = _servable_version(team=team, model_version_id=model_version_id)
     if desired_state is not None and desired_state not in DesiredState.values:
         raise ValidationFailed(f"state must be one of {', '.join(DesiredState.values)}")
     with transaction.atomic():
@@ -103,9 +148,17 @@ def deployment_update(*, team: Team, actor, deployment: Deployment, replicas: in
         if version is not None:
             deployment.model_version = version
         deployment.save()
-        audit_record(team=team, actor=actor, action="deployment.update", target=deployment.name,
-                     data={"replicas": deployment.replicas, "state": deployment.desired_state,
-                           "version": str(deployment.model_version)})
+        audit_record(
+            team=team,
+            actor=actor,
+            action="deployment.update",
+            target=deployment.name,
+            data={
+                "replicas": deployment.replicas,
+                "state": deployment.desired_state,
+                "version": str(deployment.model_version),
+            },
+        )
         _enqueue_reconcile(deployment.pk)
     return deployment
 
@@ -140,8 +193,12 @@ def deployment_reconcile(deployment_id: int) -> dict:
         for r in dead + current[want:] + retire:
             r.delete()
         placed = _place_missing(deployment, current[:want], want)
-    return {"kept": len(current[:want]), "placed": placed, "removed": len(dead + current[want:] + retire),
-            "outdated_serving": len(outdated) - len(retire)}
+    return {
+        "kept": len(current[:want]),
+        "placed": placed,
+        "removed": len(dead + current[want:] + retire),
+        "outdated_serving": len(outdated) - len(retire),
+    }
 
 
 def _place_missing(deployment: Deployment, keep: list[Replica], want: int) -> int:

@@ -1,18 +1,28 @@
+import tempfile
+from pathlib import Path
+
 import pytest
 from django.test import Client
 
 from inference.models import Replica
 from inference.services.deployments import deployment_reconcile
+from inference.services.registry import UploadedModel, model_version_upload
+from tests.support.tiny_models import COLOURS, colour_classifier
 
 pytestmark = pytest.mark.django_db
 
 
 def create(client, version, **kw):
-    return client.post("/api/v1/deployments", {"name": "colours", "model_version_id": version.pk, **kw},
-                       content_type="application/json")
+    return client.post(
+        "/api/v1/deployments",
+        {"name": "colours", "model_version_id": version.pk, **kw},
+        content_type="application/json",
+    )
 
 
-def test_create_then_reconcile_places_replicas_in_region(owner_client, colour_version, node_hk_cpu, node_us_cpu):
+def test_create_then_reconcile_places_replicas_in_region(
+    owner_client, colour_version, node_hk_cpu, node_us_cpu
+):
     r = create(owner_client, colour_version, replicas=2, region="us")
     assert r.status_code == 201, r.content
     assert r.json()["status"] == "unplaced" and r.json()["model_version"] == "colours:1"
@@ -36,14 +46,17 @@ def test_scale_down_and_pause_remove_replicas(owner_client, colour_version, node
     assert Replica.objects.count() == 0
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("name", "Bad Name", "deployment name"),
-    ("replicas", 99, "replicas"),
-    ("region", "eu", "region"),
-    ("device", "tpu", "device"),
-    ("max_batch_size", 0, "max_batch_size"),
-    ("max_queue_delay_ms", 5000, "max_queue_delay_ms"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("name", "Bad Name", "deployment name"),
+        ("replicas", 99, "replicas"),
+        ("region", "eu", "region"),
+        ("device", "tpu", "device"),
+        ("max_batch_size", 0, "max_batch_size"),
+        ("max_queue_delay_ms", 5000, "max_queue_delay_ms"),
+    ],
+)
 def test_invalid_specs_are_422_with_the_field_named(owner_client, colour_version, field, value, message):
     r = create(owner_client, colour_version, **{field: value})
     assert r.status_code == 422 and message in r.json()["error"]["message"]
@@ -78,20 +91,25 @@ def test_deployed_version_cannot_be_deleted(owner_client, colour_version):
 
 
 def test_deployment_pages_create_and_pause(owner_client, colour_version):
-    r = owner_client.post("/deployments/", {"name": "page-dep", "model_version_id": colour_version.pk, "replicas": 1})
+    r = owner_client.post(
+        "/deployments/", {"name": "page-dep", "model_version_id": colour_version.pk, "replicas": 1}
+    )
     assert r.status_code == 302
     page = owner_client.get("/deployments/")
     assert b"page-dep" in page.content
     owner_client.post("/deployments/page-dep/action", {"action": "pause"})
     assert b"Resume" in owner_client.get("/deployments/").content
-    bad = owner_client.post("/deployments/", {"name": "BAD", "model_version_id": colour_version.pk}, follow=True)
+    bad = owner_client.post(
+        "/deployments/", {"name": "BAD", "model_version_id": colour_version.pk}, follow=True
+    )
     assert b"deployment name must be" in bad.content
 
 
-def test_version_update_rolls_over_without_dropping_ready_replicas(owner_client, colour_version, node_hk_cpu, owner, team):
-    from factories import COLOURS, colour_classifier
-
+def test_version_update_rolls_over_without_dropping_ready_replicas(
+    owner_client, colour_version, node_hk_cpu, owner, team
+):
     from inference.services.registry import UploadedModel, model_version_upload
+    from tests.support.tiny_models import COLOURS, colour_classifier
 
     d = create(owner_client, colour_version, replicas=1).json()
     deployment_reconcile(d["id"])
@@ -100,13 +118,28 @@ def test_version_update_rolls_over_without_dropping_ready_replicas(owner_client,
     from pathlib import Path
 
     path = colour_classifier(Path(tempfile.mkdtemp()) / "v2.onnx", size=8)
-    v2 = model_version_upload(team=team, actor=owner, upload=UploadedModel(
-        name="colours", task="image-classification", model_chunks=[path.read_bytes()], labels_text="\n".join(COLOURS)))
-    r = owner_client.patch("/api/v1/deployments/colours", {"model_version_id": v2.pk}, content_type="application/json")
+    v2 = model_version_upload(
+        team=team,
+        actor=owner,
+        upload=UploadedModel(
+            name="colours",
+            task="image-classification",
+            model_chunks=[path.read_bytes()],
+            labels_text="\n".join(COLOURS),
+        ),
+    )
+    r = owner_client.patch(
+        "/api/v1/deployments/colours", {"model_version_id": v2.pk}, content_type="application/json"
+    )
     assert r.status_code == 200 and r.json()["model_version"] == "colours:2"
     result = deployment_reconcile(d["id"])
-    assert result["placed"] == 1 and result["outdated_serving"] == 1  # the old one serves until the new is ready
-    assert sorted(Replica.objects.values_list("model_version__number", "state")) == [(1, "ready"), (2, "pending")]
+    assert (
+        result["placed"] == 1 and result["outdated_serving"] == 1
+    )  # the old one serves until the new is ready
+    assert sorted(Replica.objects.values_list("model_version__number", "state")) == [
+        (1, "ready"),
+        (2, "pending"),
+    ]
     Replica.objects.filter(model_version=v2).update(state="ready")
     deployment_reconcile(d["id"])
     assert list(Replica.objects.values_list("model_version__number", flat=True)) == [2]
@@ -114,7 +147,9 @@ def test_version_update_rolls_over_without_dropping_ready_replicas(owner_client,
 
 def test_version_update_refuses_non_onnx_and_other_teams_versions(owner_client, colour_version, outsider):
     create(owner_client, colour_version)
-    r = owner_client.patch("/api/v1/deployments/colours", {"model_version_id": 999999}, content_type="application/json")
+    r = owner_client.patch(
+        "/api/v1/deployments/colours", {"model_version_id": 999999}, content_type="application/json"
+    )
     assert r.status_code == 404
 
 
@@ -125,3 +160,58 @@ def test_deployment_page_is_for_the_team_only(owner_client, colour_version, outs
     other = Client()
     other.force_login(outsider)
     assert other.get("/deployments/colours/").status_code == 404
+
+
+def flashes(response) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
+@pytest.mark.parametrize("replicas", [33, -1])
+def test_create_and_update_refuse_the_same_replicas_with_the_same_message(
+    owner_client, colour_version, replicas
+):
+    refused = create(owner_client, colour_version, replicas=replicas)
+    assert refused.status_code == 422
+    message = refused.json()["error"]["message"]
+    assert message == "replicas must be between 0 and 32"
+    form = {"name": "colours", "model_version_id": colour_version.pk, "replicas": replicas}
+    assert flashes(owner_client.post("/deployments/", form)) == [message]
+    assert create(owner_client, colour_version, replicas=2).status_code == 201
+    patched = owner_client.patch(
+        "/api/v1/deployments/colours", {"replicas": replicas}, content_type="application/json"
+    )
+    assert patched.status_code == 422 and patched.json()["error"]["message"] == message
+    page = owner_client.post(
+        "/deployments/colours/action", {"action": "scale", "replicas": replicas}, follow=True
+    )
+    assert flashes(page) == [message]
+    assert owner_client.get("/api/v1/deployments/colours").json()["replicas"] == 2
+
+
+def test_create_and_update_refuse_another_teams_version_with_the_same_message(
+    owner_client, colour_version, outsider
+):
+    globex = outsider.memberships.get().team
+    path = colour_classifier(Path(tempfile.mkdtemp()) / "theirs.onnx")
+    theirs = model_version_upload(
+        team=globex,
+        actor=outsider,
+        upload=UploadedModel(
+            name="theirs",
+            task="image-classification",
+            model_chunks=[path.read_bytes()],
+            labels_text="\n".join(COLOURS),
+        ),
+    )
+    refused = create(owner_client, theirs)
+    assert refused.status_code == 404
+    assert create(owner_client, colour_version).status_code == 201
+    patched = owner_client.patch(
+        "/api/v1/deployments/colours", {"model_version_id": theirs.pk}, content_type="application/json"
+    )
+    assert patched.status_code == 404 and patched.json()["error"] == refused.json()["error"]
+    page = owner_client.post(
+        "/deployments/colours/action", {"action": "version", "model_version_id": theirs.pk}, follow=True
+    )
+    assert flashes(page) == [refused.json()["error"]["message"]]
+    assert owner_client.get("/api/v1/deployments/colours").json()["model_version"] == "colours:1"

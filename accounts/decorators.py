@@ -1,0 +1,43 @@
+"""Access to the console's HTML pages: who is signed in, which team they act for, whose objects they see."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+
+from accounts.auth import team_id_hint
+from accounts.models import Membership
+from accounts.selectors import membership_for
+from core.errors import NotFound
+
+T = TypeVar("T")
+MemberView = Callable[..., HttpResponse]
+
+
+def member_required(view: MemberView) -> Callable[..., HttpResponse]:
+    """Anonymous callers go to the login page; people in no team (or not in the hinted one) get 404.
+
+    The view is called as ``view(request, membership, **url_kwargs)`` with the caller's membership of
+    the team named by the ``X-Lantau-Team`` header or ``?team=`` hint, else of their first team.
+    """
+
+    @wraps(view)
+    def with_membership(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        membership = membership_for(user=request.user, team_id=team_id_hint(request))
+        if membership is None:
+            raise Http404("you are not a member of any team")
+        return view(request, membership, *args, **kwargs)
+
+    return login_required(with_membership)
+
+
+def team_object_or_404(get: Callable[..., T], *, membership: Membership, **lookup: Any) -> T:
+    """``get(team=membership.team, **lookup)``; another team's object is a 404, as if it did not exist."""
+    try:
+        return get(team=membership.team, **lookup)
+    except NotFound as exc:
+        raise Http404(exc.message) from None
