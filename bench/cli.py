@@ -23,12 +23,10 @@ from inference.runner.config import preprocess_pool_size
 
 from . import assets, processes
 from .contenders import HttpContender, RawContender, merge
-from .load import Measurement, Target
+from .load import Measurement, Target, result_line
 from .verdict import print_verdict
 
 TARGETS = ("raw", "runner", "plain", "gateway")
-FIELDS = ("target", "model", "concurrency", "requests", "p50_ms", "p95_ms", "p99_ms", "throughput_rps",
-          "errors", "mean_batch_size")  # fmt: skip
 FULL_COUNTS = {1: 240, 8: 480, 32: 960}
 QUICK_COUNTS = {1: 8, 8: 24, 32: 64}
 SLICES = 6  # short turns: background load on a shared machine changes within seconds
@@ -41,7 +39,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--scenarios", default=",".join(TARGETS), help=f"comma list of {', '.join(TARGETS)}")
     parser.add_argument("--models", default="fp32,int8", help="comma list of fp32, int8")
     parser.add_argument("--concurrency", default="1,8,32", help="comma list of client counts")
-    parser.add_argument("--requests", type=int, default=0, help="requests per scenario (default by concurrency)")
+    parser.add_argument(
+        "--requests", type=int, default=0, help="requests per scenario (default by concurrency)"
+    )
     parser.add_argument("--max-batch-size", type=int, default=8, help="the runner's (8 suits CPUs)")
     parser.add_argument("--max-queue-delay-ms", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads; 0 = all cores")
@@ -59,20 +59,6 @@ def _choices(text: str, allowed: tuple[str, ...], flag: str) -> list[str]:
     if unknown or not chosen:
         raise SystemExit(f"{flag}: unknown {unknown or 'empty'}; choose from {', '.join(allowed)}")
     return chosen
-
-
-def result_line(target: str, model: str, concurrency: int, measured: Measurement | None, **extra) -> dict:
-    line: dict = {"target": target, "model": model, "concurrency": concurrency}
-    if measured is None:
-        line.update(dict.fromkeys(FIELDS[3:]))
-    else:
-        line.update(measured.summary())
-        sizes = measured.batch_sizes
-        line["mean_batch_size"] = round(sum(sizes) / len(sizes), 3) if sizes else None
-        if measured.error_samples:
-            line["error_samples"] = measured.error_samples
-    line.update(extra)
-    return line
 
 
 class Bench:
@@ -106,7 +92,9 @@ class Bench:
                 for contender in contenders:
                     part = contender.measure(self.bodies, concurrency=concurrency, total=share, warmup=warmup)
                     merge(parts[contender.name], part)
-            lines = {name: result_line(name, model, concurrency, measured) for name, measured in parts.items()}
+            lines = {
+                name: result_line(name, model, concurrency, measured) for name, measured in parts.items()
+            }
             if "gateway" in lines and "stack-runner" in lines:
                 added = None
                 if lines["gateway"]["p50_ms"] and lines["stack-runner"]["p50_ms"]:
@@ -121,7 +109,9 @@ class Bench:
         servers: list[processes.Server] = []
         try:
             if "raw" in self.args.scenarios:
-                contenders.append(RawContender(path, self.args.threads, preprocess_pool_size(), quick=self.args.quick))
+                contenders.append(
+                    RawContender(path, self.args.threads, preprocess_pool_size(), quick=self.args.quick)
+                )
             if "runner" in self.args.scenarios:
                 servers.append(self._start_runner(model, path))
                 contenders.append(self._contender("runner", model, servers[-1], metrics=True))
@@ -146,7 +136,9 @@ class Bench:
     @staticmethod
     def _contender(name: str, model: str, server: processes.Server, *, metrics: bool) -> HttpContender:
         target = Target(f"{server.url}/v1/deployments/{model}/predict", {})
-        return HttpContender(name, target, metrics_url=server.url if metrics else None, pid=server.process.pid)
+        return HttpContender(
+            name, target, metrics_url=server.url if metrics else None, pid=server.process.pid
+        )
 
     @staticmethod
     def labels() -> list[str]:

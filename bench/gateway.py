@@ -1,5 +1,5 @@
 """The gateway target: a real Lantau (console, worker, node agent) on 127.0.0.1, built with the test
-suite's ``Stack``, serving the benchmark models through ``/v1/`` with an API key.
+suite's ``Stack`` (``tests.support.stack``; run from the repository root), serving the benchmark models through ``/v1/`` with an API key.
 
 The same replica is also called directly (with its runner token), so the gateway's added latency is
 measured against the very runner process behind it. The stack gets its own PostgreSQL database and
@@ -8,45 +8,34 @@ Redis database index (11), so it never touches the test suite's.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from tests.support.stack import Stack  # the test suite's real-process harness
+
 from .contenders import HttpContender
-from .load import Target
-from .processes import REPO
+from .load import Target, result_line
 
 log = logging.getLogger("bench.gateway")
 REDIS_DB = 11
 
 
-def _stack_class() -> type:
-    for folder in (REPO / "tests", REPO / "tests" / "integration"):
-        if (folder / "stack.py").exists():
-            if str(folder) not in sys.path:
-                sys.path.insert(0, str(folder))
-            break
-    from stack import Stack  # the test suite's real-process harness
-
-    return Stack
-
-
-def make_stack(workdir: Path):
+def make_stack(workdir: Path) -> Stack:
     """A ``Stack`` whose node agent lets runners use every core (the tests pin them to one)."""
-    base = _stack_class()
 
-    class BenchStack(base):  # type: ignore[misc, valid-type]
+    class BenchStack(Stack):
         def __init__(self, folder: Path) -> None:
             super().__init__(folder)
             redis = urlsplit(self.env["REDIS_URL"])
             self.env["REDIS_URL"] = urlunsplit(redis._replace(path=f"/{REDIS_DB}"))
 
         def start_node(self, name: str = "bench", region: str = "hk") -> None:
-            token = self.manage("create_node_token", "--name", name, "--region", region).strip().splitlines()[-1]
+            token = (
+                self.manage("create_node_token", "--name", name, "--region", region).strip().splitlines()[-1]
+            )
             self.spawn(f"node-{name}", [
                 sys.executable, "manage.py", "node", "--console", self.url, "--token", token, "--region", region,
                 "--name", name, "--interval", "0.5", "--threads", "0", "--data-dir", str(self.workdir / "node"),
@@ -92,22 +81,22 @@ class GatewayBench:
         return Target(url, {"Authorization": f"Bearer {self.infer_key}"})
 
     def replica_direct(self, name: str) -> tuple[Target, str]:
-        """The ready replica behind ``name``, called with its runner token; and its base URL."""
+        """The ready replica behind ``name``, called with its runner token; and its base URL.
+
+        The token is derived inside the stack's own Django (its SECRET_KEY), by the one definition.
+        """
         code = (
             "from inference.models import Replica; "
+            "from inference.services.nodes import runner_token; "
             f"r = Replica.objects.filter(deployment__name={name!r}, state='ready').first(); "
-            "print(r.pk, r.url)"
+            "print(r.url, runner_token(r.pk))"
         )
-        replica_id, base = self.stack.manage("shell", "-c", code).strip().splitlines()[-1].split()
-        secret = self.stack.env["SECRET_KEY"].encode()
-        token = hmac.new(secret, f"runner:{replica_id}".encode(), hashlib.sha256).hexdigest()
+        base, token = self.stack.manage("shell", "-c", code).strip().splitlines()[-1].split()
         return Target(f"{base}/v1/deployments/{name}/predict", {"X-Lantau-Runner-Token": token}), base
 
 
 def run_gateway(bench, models: dict[str, Path]) -> None:
     """Deploy each model on a fresh stack, then measure its replica directly and through the gateway."""
-    from .cli import result_line
-
     gateway = GatewayBench(bench.workdir / "stack")
     try:
         gateway.start()

@@ -15,6 +15,10 @@ import aiohttp
 
 from inference.runner.metrics import percentile
 
+# The figures every result line carries (``tests/bench`` checks them).
+FIELDS = ("target", "model", "concurrency", "requests", "p50_ms", "p95_ms", "p99_ms", "throughput_rps",
+          "errors", "mean_batch_size")  # fmt: skip
+
 
 @dataclass
 class Measurement:
@@ -42,6 +46,21 @@ class Measurement:
             "errors": self.errors,
             "cpu_ms_per_request": round(self.cpu_s / self.completed * 1000, 3) if self.cpu_s else None,
         }
+
+
+def result_line(target: str, model: str, concurrency: int, measured: Measurement | None, **extra) -> dict:
+    """One JSON line of the report; a scenario that did not run (``measured`` None) has empty figures."""
+    line: dict = {"target": target, "model": model, "concurrency": concurrency}
+    if measured is None:
+        line.update(dict.fromkeys(FIELDS[3:]))
+    else:
+        line.update(measured.summary())
+        sizes = measured.batch_sizes
+        line["mean_batch_size"] = round(sum(sizes) / len(sizes), 3) if sizes else None
+        if measured.error_samples:
+            line["error_samples"] = measured.error_samples
+    line.update(extra)
+    return line
 
 
 @dataclass(frozen=True)
@@ -90,7 +109,9 @@ async def drive(
         if warmup:
             scratch = Measurement()
             counter = [warmup]
-            await asyncio.gather(*(_client(session, target, bodies, counter, scratch) for _ in range(concurrency)))
+            await asyncio.gather(
+                *(_client(session, target, bodies, counter, scratch) for _ in range(concurrency))
+            )
         if on_start is not None:
             on_start()
         out = Measurement()

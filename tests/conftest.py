@@ -1,12 +1,15 @@
 """Shared fixtures: people (owner, teammate, viewer, outsider) and an isolated model store.
 
 Tests that talk to real processes (console, worker, node agent, runners) use the `stack` fixture
-from tests/integration; everything here runs in-process against the real PostgreSQL and Redis.
+below; everything else runs in-process against the real PostgreSQL and Redis. The builders behind
+these fixtures live in ``tests.support`` (``people``; ``stack`` for the processes).
 """
 
 from __future__ import annotations
 
 import pytest
+
+from tests.support import people
 
 
 @pytest.fixture(autouse=True)
@@ -15,35 +18,24 @@ def _isolated_storage(request, tmp_path, settings):
         settings.STORAGE_DIR = tmp_path / "storage"
 
 
-def _person(username: str, team_name: str, role: str):
-    from django.contrib.auth import get_user_model
-
-    from accounts.models import Membership, Team
-
-    user = get_user_model().objects.create_user(username=username, password="pw-" + username + "-123456")
-    team, _ = Team.objects.get_or_create(name=team_name)
-    Membership.objects.create(team=team, user=user, role=role)
-    return user
-
-
 @pytest.fixture
 def owner(db):
-    return _person("olivia", "acme", "owner")
+    return people.owner()
 
 
 @pytest.fixture
 def teammate(db, owner):
-    return _person("tom", "acme", "member")
+    return people.teammate()
 
 
 @pytest.fixture
 def viewer(db, owner):
-    return _person("vera", "acme", "viewer")
+    return people.viewer()
 
 
 @pytest.fixture
 def outsider(db):
-    return _person("oscar", "globex", "owner")
+    return people.outsider()
 
 
 @pytest.fixture
@@ -63,7 +55,7 @@ def owner_client(owner):
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory):
     """Console, worker and one HK node agent as real processes, started once for all end-to-end tests."""
-    from stack import Stack
+    from tests.support.stack import Stack
 
     s = Stack(tmp_path_factory.mktemp("stack"))
     try:

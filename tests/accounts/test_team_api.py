@@ -8,8 +8,9 @@ pytestmark = pytest.mark.django_db
 
 
 def test_owner_adds_a_new_member_who_can_sign_in(owner_client, team):
-    r = owner_client.post("/api/v1/team/members", {"username": "newbie", "role": "viewer"},
-                          content_type="application/json")
+    r = owner_client.post(
+        "/api/v1/team/members", {"username": "newbie", "role": "viewer"}, content_type="application/json"
+    )
     assert r.status_code == 201
     body = r.json()
     assert body["role"] == "viewer" and body["password"]
@@ -25,13 +26,16 @@ def test_members_cannot_add_members_and_roles_are_checked(teammate, owner_client
     c.force_login(teammate)
     r = c.post("/api/v1/team/members", {"username": "sneaky"}, content_type="application/json")
     assert r.status_code == 403
-    r = owner_client.post("/api/v1/team/members", {"username": "x", "role": "god"}, content_type="application/json")
+    r = owner_client.post(
+        "/api/v1/team/members", {"username": "x", "role": "god"}, content_type="application/json"
+    )
     assert r.status_code == 422 and "role" in r.json()["error"]["message"]
     r = owner_client.post("/api/v1/team/members", {"username": "bad name!"}, content_type="application/json")
     assert r.status_code == 422
 
 
 def test_existing_user_is_added_without_a_new_password(owner_client, outsider):
-    r = owner_client.post("/api/v1/team/members", {"username": "oscar", "role": "member"},
-                          content_type="application/json")
+    r = owner_client.post(
+        "/api/v1/team/members", {"username": "oscar", "role": "member"}, content_type="application/json"
+    )
     assert r.status_code == 201 and r.json()["password"] is None

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from factories import COLOURS, colour_classifier, image_bytes
+
+from tests.support.factories import image_bytes
+from tests.support.tiny_models import COLOURS, colour_classifier
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
@@ -44,7 +46,9 @@ def test_upload_deploy_and_create_key_in_the_browser(page, stack, bea, tmp_path)
     page.set_input_files("#upload-form input[name=labels_file]", str(labels))
     page.click("#upload-form button[type=submit]")
     page.wait_for_function("() => /Stored|failed/.test(document.getElementById('upload-status').textContent)")
-    assert "Stored" in page.locator("#upload-status").inner_text(), page.locator("#upload-status").inner_text()
+    assert "Stored" in page.locator("#upload-status").inner_text(), page.locator(
+        "#upload-status"
+    ).inner_text()
     assert "browser-colours:1" in page.locator("#upload-status").inner_text()
     page.wait_for_selector("table a:text-is('browser-colours')")  # the page reloads with the new version
 
@@ -64,8 +68,11 @@ def test_upload_deploy_and_create_key_in_the_browser(page, stack, bea, tmp_path)
     assert page.locator("#new-key-value").count() == 0  # shown once
 
     with stack.client(key) as c:
-        r = c.post("/v1/deployments/browser-colours/predict", content=image_bytes((0, 200, 0)),
-                   headers={"Content-Type": "image/jpeg"})
+        r = c.post(
+            "/v1/deployments/browser-colours/predict",
+            content=image_bytes((0, 200, 0)),
+            headers={"Content-Type": "image/jpeg"},
+        )
     assert r.status_code == 200 and r.json()["predictions"][0]["label"] == "green"
     page.screenshot(path=str(stack.workdir / "keys.png"), full_page=True)
 
@@ -93,14 +100,19 @@ def test_tables_sort_when_a_header_is_clicked(page, stack, bea):
     names = page.locator("table.sortable tbody tr td:first-child").all_inner_texts()
     assert names == sorted(names)
     page.click("th:has-text('Name')")
-    assert page.locator("table.sortable tbody tr td:first-child").all_inner_texts() == sorted(names, reverse=True)
+    assert page.locator("table.sortable tbody tr td:first-child").all_inner_texts() == sorted(
+        names, reverse=True
+    )
 
 
 def test_quantization_job_progress_is_live_and_the_tradeoff_is_plotted(page, stack, bea, tmp_path):
     key = stack.api_key("bea", "manage")
     with stack.client(key) as api:
-        r = api.post("/api/v1/models", files={"file": ("m.onnx", colour_classifier(tmp_path / "m.onnx").read_bytes())},
-                     data={"name": "plot-colours", "task": "image-classification", "labels": "\n".join(COLOURS)})
+        r = api.post(
+            "/api/v1/models",
+            files={"file": ("m.onnx", colour_classifier(tmp_path / "m.onnx").read_bytes())},
+            data={"name": "plot-colours", "task": "image-classification", "labels": "\n".join(COLOURS)},
+        )
         assert r.status_code == 201
     sign_in(page, stack, bea)
     page.goto(stack.url + "/models/plot-colours/")
@@ -122,8 +134,11 @@ def test_deployment_page_draws_live_latency_and_throughput(page, stack, bea, tmp
     manage = stack.api_key("bea", "manage")
     infer = stack.api_key("bea", "inference")
     with stack.client(manage) as api:
-        v = api.post("/api/v1/models", files={"file": ("m.onnx", colour_classifier(tmp_path / "m.onnx").read_bytes())},
-                     data={"name": "live-colours", "task": "image-classification", "labels": "\n".join(COLOURS)}).json()
+        v = api.post(
+            "/api/v1/models",
+            files={"file": ("m.onnx", colour_classifier(tmp_path / "m.onnx").read_bytes())},
+            data={"name": "live-colours", "task": "image-classification", "labels": "\n".join(COLOURS)},
+        ).json()
         api.post("/api/v1/deployments", json={"name": "live-colours", "model_version_id": v["id"]})
         stack.wait_deployment(api, "live-colours")
     sign_in(page, stack, bea)
@@ -131,7 +146,11 @@ def test_deployment_page_draws_live_latency_and_throughput(page, stack, bea, tmp
     assert page.locator(".pill.ready").count() >= 1
     with stack.client(infer) as c:
         for _ in range(30):  # about three seconds of traffic: several per-second summaries
-            c.post("/v1/deployments/live-colours/predict", content=image_bytes(), headers={"Content-Type": "image/jpeg"})
+            c.post(
+                "/v1/deployments/live-colours/predict",
+                content=image_bytes(),
+                headers={"Content-Type": "image/jpeg"},
+            )
             time.sleep(0.1)
     page.wait_for_selector("#live-state:has-text('Live:')", timeout=20000)
     page.wait_for_selector("#chart-latency .scatterlayer .trace", state="attached", timeout=20000)

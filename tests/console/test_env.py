@@ -32,7 +32,13 @@ def test_env_list_splits_on_commas(monkeypatch):
 
 def test_database_url_is_parsed_and_non_postgres_refused():
     db = parse_database_url("postgres://u:p%40ss@db.internal:6543/lantau")
-    assert (db["USER"], db["PASSWORD"], db["HOST"], db["PORT"], db["NAME"]) == ("u", "p@ss", "db.internal", "6543", "lantau")
+    assert (db["USER"], db["PASSWORD"], db["HOST"], db["PORT"], db["NAME"]) == (
+        "u",
+        "p@ss",
+        "db.internal",
+        "6543",
+        "lantau",
+    )
     with pytest.raises(ConfigError, match="postgres://"):
         parse_database_url("mysql://u@h/db")
     with pytest.raises(ConfigError, match="names no database"):

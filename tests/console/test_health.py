@@ -12,9 +12,9 @@ def test_healthz_and_readyz_answer_when_services_are_up(client):
 
 @pytest.mark.django_db
 def test_readyz_is_503_naming_redis_when_redis_is_unreachable(client, settings):
-    from tests_support import closed_port
+    from tests.support.ports import free_port
 
-    settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
     keycache.client.cache_clear()
     try:
         r = client.get("/readyz")

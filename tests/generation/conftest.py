@@ -6,24 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from inference.demo.tiny_chat import save_untrained
-from inference.export.causal_lm import export_model_folder
-
-
-def _export(tmp_path_factory: pytest.TempPathFactory, arch: str) -> Path:
-    out = tmp_path_factory.mktemp(f"{arch}-export")
-    export_model_folder(save_untrained(out / "hf", arch), out, deployment=f"tiny-{arch}")
-    return out
+from tests.support.tiny_models import exported_causal_lm
 
 
 @pytest.fixture(scope="session")
 def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _export(tmp_path_factory, "llama")
+    return exported_causal_lm(tmp_path_factory.mktemp("llama-export"), "llama")
 
 
 @pytest.fixture(scope="session")
 def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _export(tmp_path_factory, "gpt2")
+    return exported_causal_lm(tmp_path_factory.mktemp("gpt2-export"), "gpt2")
 
 
 @pytest.fixture(params=["llama", "gpt2"])

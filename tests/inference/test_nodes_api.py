@@ -20,9 +20,12 @@ def node_token(db):
 
 
 def beat(token, replicas=(), region="hk"):
-    return Client().post("/api/v1/nodes/heartbeat", {"region": region, "inventory": {"cpus": 2},
-                                                     "replicas": list(replicas)},
-                         content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    return Client().post(
+        "/api/v1/nodes/heartbeat",
+        {"region": region, "inventory": {"cpus": 2}, "replicas": list(replicas)},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
 
 
 def test_node_token_is_stored_as_hash_only(node_token):
@@ -42,7 +45,9 @@ def test_heartbeat_needs_a_valid_token_and_matching_region(node_token):
 
 def test_heartbeat_returns_desired_replicas_and_records_their_state(node_token, owner, team, colour_version):
     beat(node_token)
-    d = deployment_create(team=team, actor=owner, spec=DeploymentSpec(name="colours", model_version_id=colour_version.pk))
+    d = deployment_create(
+        team=team, actor=owner, spec=DeploymentSpec(name="colours", model_version_id=colour_version.pk)
+    )
     deployment_reconcile(d.pk)
     desired = beat(node_token).json()["replicas"]
     assert len(desired) == 1
@@ -59,20 +64,29 @@ def test_heartbeat_returns_desired_replicas_and_records_their_state(node_token, 
 def test_artifacts_download_only_to_the_node_hosting_them(node_token, owner, team, colour_version):
     other_token = node_token_create(name="us-1", region="us")[1]
     beat(node_token)
-    d = deployment_create(team=team, actor=owner, spec=DeploymentSpec(name="colours", model_version_id=colour_version.pk))
+    d = deployment_create(
+        team=team, actor=owner, spec=DeploymentSpec(name="colours", model_version_id=colour_version.pk)
+    )
     deployment_reconcile(d.pk)
     url = f"/api/v1/nodes/artifacts/{colour_version.sha256}"
     r = Client().get(url, HTTP_AUTHORIZATION=f"Bearer {node_token}")
     assert r.status_code == 200
     assert hashlib.sha256(b"".join(r.streaming_content)).hexdigest() == colour_version.sha256
     assert Client().get(url, HTTP_AUTHORIZATION=f"Bearer {other_token}").status_code == 404
-    assert Client().get("/api/v1/nodes/artifacts/..%2F..%2Fetc", HTTP_AUTHORIZATION=f"Bearer {node_token}").status_code == 404
+    assert (
+        Client()
+        .get("/api/v1/nodes/artifacts/..%2F..%2Fetc", HTTP_AUTHORIZATION=f"Bearer {node_token}")
+        .status_code
+        == 404
+    )
     assert Client().get(url).status_code == 401
 
 
 def test_silent_nodes_are_swept_offline_and_their_replicas_replaced(node_token, owner, team, colour_version):
     beat(node_token)
-    d = deployment_create(team=team, actor=owner, spec=DeploymentSpec(name="colours", model_version_id=colour_version.pk))
+    d = deployment_create(
+        team=team, actor=owner, spec=DeploymentSpec(name="colours", model_version_id=colour_version.pk)
+    )
     deployment_reconcile(d.pk)
     Node.objects.filter(name="hk-1").update(last_heartbeat_at=timezone.now() - timedelta(minutes=5))
     assert nodes_sweep() == 1

@@ -6,7 +6,9 @@ import time
 
 import httpx
 import pytest
-from factories import COLOURS, colour_classifier, image_bytes
+
+from tests.support.factories import image_bytes
+from tests.support.tiny_models import COLOURS, colour_classifier
 
 pytestmark = pytest.mark.e2e
 
@@ -17,9 +19,17 @@ def edge(stack, tmp_path_factory):
     manage = stack.api_key("erin", "manage")
     path = colour_classifier(tmp_path_factory.mktemp("e") / "m.onnx")
     with stack.client(manage) as api:
-        v = api.post("/api/v1/models", files={"file": ("m.onnx", path.read_bytes())},
-                     data={"name": "edge-colours", "task": "image-classification", "labels": "\n".join(COLOURS)}).json()
-        assert api.post("/api/v1/deployments", json={"name": "edge-colours", "model_version_id": v["id"]}).status_code == 201
+        v = api.post(
+            "/api/v1/models",
+            files={"file": ("m.onnx", path.read_bytes())},
+            data={"name": "edge-colours", "task": "image-classification", "labels": "\n".join(COLOURS)},
+        ).json()
+        assert (
+            api.post(
+                "/api/v1/deployments", json={"name": "edge-colours", "model_version_id": v["id"]}
+            ).status_code
+            == 201
+        )
         body = stack.wait_deployment(api, "edge-colours")
     return {"manage": manage, "replica": body["replica_set"][0]["id"]}
 
@@ -32,7 +42,9 @@ def runner_url(stack, replica_id: int) -> str:
         return conn.execute("SELECT url FROM inference_replica WHERE id = %s", (replica_id,)).fetchone()[0]
 
 
-def test_a_runner_called_directly_accepts_a_fresh_key_and_refuses_it_within_a_second_of_revocation(stack, edge):
+def test_a_runner_called_directly_accepts_a_fresh_key_and_refuses_it_within_a_second_of_revocation(
+    stack, edge
+):
     with stack.client(edge["manage"]) as api:
         created = api.post("/api/v1/keys", json={"name": "direct", "scopes": ["inference"]}).json()
     url = runner_url(stack, edge["replica"]) + "/v1/deployments/edge-colours/predict"
@@ -57,8 +69,11 @@ def test_a_rate_limited_key_gets_429_with_retry_after_through_the_gateway(stack,
     codes = []
     with stack.client(key) as c:
         for _ in range(4):
-            resp = c.post("/v1/deployments/edge-colours/predict", content=image_bytes(),
-                          headers={"Content-Type": "image/jpeg"})
+            resp = c.post(
+                "/v1/deployments/edge-colours/predict",
+                content=image_bytes(),
+                headers={"Content-Type": "image/jpeg"},
+            )
             codes.append(resp.status_code)
             if resp.status_code == 429:
                 assert int(resp.headers["retry-after"]) >= 1

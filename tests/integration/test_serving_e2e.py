@@ -6,7 +6,9 @@ import signal
 import time
 
 import pytest
-from factories import COLOURS, colour_classifier, image_bytes
+
+from tests.support.factories import image_bytes
+from tests.support.tiny_models import COLOURS, colour_classifier
 
 pytestmark = pytest.mark.e2e
 
@@ -30,13 +32,24 @@ def colours(stack, people, tmp_path_factory):
     path = colour_classifier(tmp_path_factory.mktemp("m") / "colours.onnx")
     with stack.client(people["manage"]) as api:
         files = {"file": ("colours.onnx", path.read_bytes(), "application/octet-stream")}
-        data = {"name": "colours", "task": "image-classification", "labels": "\n".join(COLOURS),
-                "preprocessing": '{"mean": [0, 0, 0], "std": [1, 1, 1]}'}
+        data = {
+            "name": "colours",
+            "task": "image-classification",
+            "labels": "\n".join(COLOURS),
+            "preprocessing": '{"mean": [0, 0, 0], "std": [1, 1, 1]}',
+        }
         upload = api.post("/api/v1/models", files=files, data=data)
         assert upload.status_code == 201, upload.text
         version = upload.json()
-        created = api.post("/api/v1/deployments", json={"name": "colours", "model_version_id": version["id"],
-                                                          "max_batch_size": 4, "max_queue_delay_ms": 2})
+        created = api.post(
+            "/api/v1/deployments",
+            json={
+                "name": "colours",
+                "model_version_id": version["id"],
+                "max_batch_size": 4,
+                "max_queue_delay_ms": 2,
+            },
+        )
         assert created.status_code == 201, created.text
         return stack.wait_deployment(api, "colours")
 
@@ -52,7 +65,9 @@ def test_uploaded_classifier_predicts_through_runner_process(stack, people, colo
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert body["deployment"] == "colours" and body["model_version"] == "colours:1"
-    assert body["predictions"][0]["label"] == "red" and {p["label"] for p in body["predictions"]} == set(COLOURS)
+    assert body["predictions"][0]["label"] == "red" and {p["label"] for p in body["predictions"]} == set(
+        COLOURS
+    )
     assert body["predictions"][0]["index"] == 0 and body["predictions"][0]["score"] > 0.9
     assert set(body["timing_ms"]) == {"queue", "inference", "total"}
     blue = predict(stack, people["infer"], image_bytes((0, 0, 255), fmt="PNG"), "image/png").json()
@@ -60,8 +75,12 @@ def test_uploaded_classifier_predicts_through_runner_process(stack, people, colo
 
 
 def test_missing_wrong_and_revoked_keys_get_401(stack, people, colours):
-    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic abc"},
-                    {"Authorization": "Bearer lt_00000000_" + "x" * 43}):
+    for headers in (
+        {},
+        {"Authorization": "Bearer nope"},
+        {"Authorization": "Basic abc"},
+        {"Authorization": "Bearer lt_00000000_" + "x" * 43},
+    ):
         with stack.client() as c:
             r = c.post("/v1/deployments/colours/predict", content=image_bytes(), headers=headers)
         assert r.status_code == 401
@@ -120,8 +139,11 @@ def test_invalid_onnx_upload_is_refused_and_nothing_is_stored(stack, people):
     storage = stack.workdir / "data" / "storage" / "sha256"
     before = sorted(p.name for p in storage.rglob("*") if p.is_file()) if storage.exists() else []
     with stack.client(people["manage"]) as api:
-        r = api.post("/api/v1/models", files={"file": ("x.onnx", b"not a model at all" * 100)},
-                     data={"name": "broken", "task": "image-classification"})
+        r = api.post(
+            "/api/v1/models",
+            files={"file": ("x.onnx", b"not a model at all" * 100)},
+            data={"name": "broken", "task": "image-classification"},
+        )
         assert r.status_code == 422 and "ONNX" in r.json()["error"]["message"]
         assert api.get("/api/v1/models/broken").status_code == 404
     after = sorted(p.name for p in storage.rglob("*") if p.is_file()) if storage.exists() else []

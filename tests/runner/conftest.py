@@ -11,30 +11,22 @@ from pathlib import Path
 
 import httpx
 import pytest
-from runner_harness import (
-    RUNNER_TOKEN,
-    TOKENIZER,
-    Runner,
-    build_colour_classifier,
-    build_slow_classifier,
-    build_tiny_bert,
-    image_manifest,
-    launch_runner,
-    write_manifest,
-)
+
+from tests.support.runners import RUNNER_TOKEN, Runner, image_manifest, launch_runner, write_manifest
+from tests.support.tiny_models import colour_classifier, minilm_tokenizer, slow_classifier, tiny_bert_onnx
 
 
 @pytest.fixture(scope="session")
 def colour_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model_dir = tmp_path_factory.mktemp("colours")
-    build_colour_classifier(model_dir / "model.onnx")
+    colour_classifier(model_dir / "model.onnx")
     return write_manifest(model_dir, image_manifest())
 
 
 @pytest.fixture(scope="session")
 def slow_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model_dir = tmp_path_factory.mktemp("slow")
-    build_slow_classifier(model_dir / "model.onnx")
+    slow_classifier(model_dir / "model.onnx")
     prep = {"input_size": [128, 128], "resize_shorter": 128, "mean": [0.5] * 3, "std": [0.5] * 3}
     return write_manifest(model_dir, image_manifest(deployment="slow", preprocessing=prep))
 
@@ -42,8 +34,8 @@ def slow_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def minibert_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model_dir = tmp_path_factory.mktemp("minibert")
-    build_tiny_bert(model_dir)
-    shutil.copy(TOKENIZER, model_dir / "tokenizer.json")
+    tiny_bert_onnx(model_dir)
+    shutil.copy(minilm_tokenizer(), model_dir / "tokenizer.json")
     manifest = {
         "deployment": "minibert",
         "model_version": "minibert:1",

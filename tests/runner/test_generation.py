@@ -16,13 +16,13 @@ import httpx
 import openai
 import pytest
 import torch
-from runner_harness import RUNNER_TOKEN, Runner, launch_runner
 from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM
 
 from inference.demo.tiny_chat import save_untrained
 from inference.export.causal_lm import export_model_folder
 from inference.runner.generation.chat_template import render_chatml
+from tests.support.runners import RUNNER_TOKEN, Runner, launch_runner
 
 MODEL = "tiny"
 HEADERS = {"X-Lantau-Runner-Token": RUNNER_TOKEN}

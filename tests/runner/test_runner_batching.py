@@ -11,11 +11,11 @@ import threading
 import httpx
 import pytest
 from PIL import Image
-from runner_harness import launch_runner
 
 from inference.runner.batcher import Batcher
 from inference.runner.errors import QueueTimeout
 from inference.runner.metrics import Metrics
+from tests.support.runners import launch_runner
 
 
 class GatedModel:
@@ -113,12 +113,16 @@ def post_many(url: str, path: str, body: bytes, count: int) -> list[httpx.Respon
     async def send_all() -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
             headers = {"Content-Type": "image/png"}
-            return await asyncio.gather(*(client.post(path, content=body, headers=headers) for _ in range(count)))
+            return await asyncio.gather(
+                *(client.post(path, content=body, headers=headers) for _ in range(count))
+            )
 
     return asyncio.run(send_all())
 
 
-def test_runner_answers_a_lone_request_without_waiting_its_max_queue_delay(colour_model_dir, tmp_path) -> None:
+def test_runner_answers_a_lone_request_without_waiting_its_max_queue_delay(
+    colour_model_dir, tmp_path
+) -> None:
     runner = launch_runner(colour_model_dir, tmp_path / "idle.log", "--max-queue-delay-ms", "2000")
     try:
         queues = []

@@ -11,7 +11,8 @@ import sys
 import httpx
 import pytest
 from PIL import Image
-from runner_harness import REPO, image_manifest, launch_runner, runner_command, write_manifest
+
+from tests.support.runners import REPO, image_manifest, launch_runner, runner_command, write_manifest
 
 
 def run_to_exit(model_dir, *args: str) -> subprocess.CompletedProcess:

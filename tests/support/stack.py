@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,13 +17,9 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import psycopg
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.ports import free_port
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _with_db(url: str, name: str) -> str:
@@ -66,26 +61,76 @@ class Stack:
         self._admin(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
         self._admin(f'CREATE DATABASE "{self.db_name}"')
         self.manage("migrate", "--noinput")
-        self.spawn("console", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                               "console.asgi:application"])
+        self.spawn(
+            "console",
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "console.asgi:application",
+            ],
+        )
         self.start_worker()
         self.wait_http("/readyz")
 
     def start_worker(self) -> None:
-        self.spawn("worker", [sys.executable, "-m", "celery", "-A", "console", "worker", "--beat", "-Q", "celery,jobs",
-                              "-l", "info", "--concurrency", "2", "--schedule", str(self.workdir / "beat-schedule")])
+        self.spawn(
+            "worker",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "worker",
+                "--beat",
+                "-Q",
+                "celery,jobs",
+                "-l",
+                "info",
+                "--concurrency",
+                "2",
+                "--schedule",
+                str(self.workdir / "beat-schedule"),
+            ],
+        )
 
     def start_node(self, name: str = "local", region: str = "hk") -> None:
         token = self.manage("create_node_token", "--name", name, "--region", region).strip().splitlines()[-1]
-        self.spawn(f"node-{name}", [sys.executable, "manage.py", "node", "--console", self.url, "--token", token,
-                                    "--region", region, "--name", name, "--interval", "0.5", "--threads", "1",
-                                    "--redis-url", self.env["REDIS_URL"],
-                                    "--data-dir", str(self.workdir / f"node-{name}")])
+        self.spawn(
+            f"node-{name}",
+            [
+                sys.executable,
+                "manage.py",
+                "node",
+                "--console",
+                self.url,
+                "--token",
+                token,
+                "--region",
+                region,
+                "--name",
+                name,
+                "--interval",
+                "0.5",
+                "--threads",
+                "1",
+                "--redis-url",
+                self.env["REDIS_URL"],
+                "--data-dir",
+                str(self.workdir / f"node-{name}"),
+            ],
+        )
 
     def spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")
-        proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.procs[name] = proc
         return proc
 
@@ -111,8 +156,14 @@ class Stack:
 
     # -- helpers ---------------------------------------------------------------------------------
     def manage(self, *args: str, timeout: float = 300) -> str:
-        result = subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=self.env, capture_output=True,
-                                text=True, timeout=timeout)
+        result = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=REPO,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if result.returncode != 0:
             raise AssertionError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
         return result.stdout
@@ -136,7 +187,11 @@ class Stack:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
     def user(self, username: str, team: str, role: str = "member") -> str:
-        return self.manage("create_user", "--username", username, "--team", team, "--role", role).strip().splitlines()[-1]
+        return (
+            self.manage("create_user", "--username", username, "--team", team, "--role", role)
+            .strip()
+            .splitlines()[-1]
+        )
 
     def api_key(self, username: str, *scopes: str) -> str:
         args = ["create_api_key", "--user", username, "--name", "test"]
@@ -148,7 +203,9 @@ class Stack:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
 
-    def wait_deployment(self, client: httpx.Client, name: str, status: str = "ready", timeout: float = 90) -> dict:
+    def wait_deployment(
+        self, client: httpx.Client, name: str, status: str = "ready", timeout: float = 90
+    ) -> dict:
         deadline = time.monotonic() + timeout
         body = {}
         while time.monotonic() < deadline:
