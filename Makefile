@@ -1,4 +1,5 @@
-# Lantau developer entry points: `make run` starts everything on this machine, `make test` runs the suite.
+# Lantau developer entry points: `make run` starts everything on this machine, `make test` runs the checks
+# (`make lint`) and the suite.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -17,19 +18,25 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python scripts/quickstart.py
 
+# Settings refuse to start without SECRET_KEY (mypy's Django plugin imports them too): the suite and
+# mypy get a throwaway one unless the caller sets it.
+WITH_KEY := SECRET_KEY="$${SECRET_KEY:-test-only-$$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}"
+
+# Lint, formatting, types (pyproject [tool.mypy]) and import rules (pyproject [tool.importlinter]).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(WITH_KEY) $(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 
 # Unless both DATABASE_URL and REDIS_URL are given, the suite runs against private PostgreSQL/Redis
 # started under var/ for its duration (only the missing one is started).
 EMBEDDED := $(if $(and $(DATABASE_URL),$(REDIS_URL)),,$(BIN)/python -m console.embedded run --)
 
-# Settings refuse to start without SECRET_KEY; the suite gets a throwaway one unless the caller sets it.
-test: $(STAMP)
+# `make lint`'s steps first (under a minute, so mistakes show before the long suite starts), then the suite.
+test: lint
 	bash scripts/ensure_browser.sh
-	$(BIN)/ruff check .
-	SECRET_KEY="$${SECRET_KEY:-test-only-$$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}" \
-		$(EMBEDDED) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(WITH_KEY) $(EMBEDDED) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # Run a manage.py command against the quick start's services, e.g. `make manage CMD="create_user --username ann --team ops"`.
 manage: $(STAMP)

@@ -16,8 +16,12 @@ def key_list(request):
 @router.post("", response={201: ApiKeyCreatedOut})
 def key_create(request, payload: ApiKeyIn):
     api_key, clear = services.api_key_create(
-        team=request.auth.team, actor=request.auth.user, name=payload.name, scopes=payload.scopes,
-        rate_per_s=payload.rate_per_s, burst=payload.burst,
+        team=request.auth.team,
+        actor=request.auth.user,
+        name=payload.name,
+        scopes=payload.scopes,
+        rate_per_s=payload.rate_per_s,
+        burst=payload.burst,
     )
     return Status(201, {**ApiKeyOut.from_orm(api_key).model_dump(), "key": clear})
 

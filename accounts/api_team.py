@@ -18,5 +18,12 @@ def member_invite(request, payload: MemberIn):
     membership, password = services.member_invite(
         team=request.auth.team, actor=request.auth.user, username=payload.username, role=payload.role
     )
-    return Status(201, {"username": membership.user.username, "role": membership.role,
-                        "created_at": membership.created_at, "password": password})
+    return Status(
+        201,
+        {
+            "username": membership.user.username,
+            "role": membership.role,
+            "created_at": membership.created_at,
+            "password": password,
+        },
+    )

@@ -43,7 +43,9 @@ class ApiKey(models.Model):
     """A bearer key. Only its SHA-256 is stored; the clear key is shown once at creation."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="api_keys")
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=16, unique=True)
     key_hash = models.CharField(max_length=64, unique=True)
@@ -65,7 +67,9 @@ class ApiKey(models.Model):
 
 class AuditEvent(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, null=True, related_name="audit_events")
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
     action = models.CharField(max_length=64)
     target = models.CharField(max_length=200, blank=True)
     data = models.JSONField(default=dict, blank=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import processes
@@ -40,6 +41,14 @@ def merge(into: Measurement, part: Measurement) -> Measurement:
     return into
 
 
+@dataclass
+class _Marks:
+    """The server's counters when the warm-up ended: (items, batches) from a runner, and CPU seconds."""
+
+    batches: tuple[float, float] | None = None
+    cpu_s: float = 0.0
+
+
 class HttpContender:
     """A server answering ``target``; ``metrics_url`` when it is a runner (for batch sizes)."""
 
@@ -50,21 +59,21 @@ class HttpContender:
         self.pid = pid
 
     def measure(self, bodies: list[bytes], *, concurrency: int, total: int, warmup: int) -> Measurement:
-        marks: dict[str, object] = {}
+        marks = _Marks()
 
         def on_start() -> None:  # after the warm-up
-            marks["batches"] = processes.batch_counters(self.metrics_url) if self.metrics_url else None
-            marks["cpu"] = process_cpu_s(self.pid) if self.pid else 0.0
+            marks.batches = processes.batch_counters(self.metrics_url) if self.metrics_url else None
+            marks.cpu_s = process_cpu_s(self.pid) if self.pid else 0.0
 
         out = asyncio.run(
             drive(self.target, bodies, concurrency=concurrency, total=total, warmup=warmup, on_start=on_start)
         )
         if self.pid:
-            out.cpu_s = process_cpu_s(self.pid) - marks["cpu"]  # type: ignore[operator]
-        before = marks["batches"]
-        if before is not None:
+            out.cpu_s = process_cpu_s(self.pid) - marks.cpu_s
+        before = marks.batches
+        if before is not None and self.metrics_url:
             after = processes.batch_counters(self.metrics_url)
-            items, batches = after[0] - before[0], after[1] - before[1]  # type: ignore[index]
+            items, batches = after[0] - before[0], after[1] - before[1]
             out.batch_sizes.extend([items / batches] * int(batches) if batches else [])
         else:
             out.batch_sizes.extend([1.0] * out.completed)

@@ -72,5 +72,7 @@ class RawModel:
         for _ in range(2):  # two alternating passes, so background load hits every candidate alike
             for batch in candidates:
                 self.warm(bodies, concurrency=concurrency, batch=batch)
-                elapsed[batch] += self.measure(bodies, concurrency=concurrency, total=probe, batch=batch).elapsed
+                elapsed[batch] += self.measure(
+                    bodies, concurrency=concurrency, total=probe, batch=batch
+                ).elapsed
         return min(elapsed, key=elapsed.__getitem__)

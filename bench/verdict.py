@@ -20,16 +20,22 @@ def _checks(results: list[dict], model: str) -> list[tuple[str, float | None, st
     gate1 = _find(results, "gateway", model, 1)
     checks: list[tuple[str, float | None, str]] = []
     if raw32 and run32:
-        checks.append(("runner/raw throughput @32", run32["throughput_rps"] / raw32["throughput_rps"], ">= 0.90"))
+        checks.append(
+            ("runner/raw throughput @32", run32["throughput_rps"] / raw32["throughput_rps"], ">= 0.90")
+        )
     if plain32 and run32:
-        checks.append(("runner/plain throughput @32", run32["throughput_rps"] / plain32["throughput_rps"], ">= 1.25"))
+        checks.append(
+            ("runner/plain throughput @32", run32["throughput_rps"] / plain32["throughput_rps"], ">= 1.25")
+        )
     if raw1 and run1:
         checks.append(("runner p50 - raw p50 @1 (ms)", run1["p50_ms"] - raw1["p50_ms"], "<= 2"))
     if gate1:
         checks.append(("gateway added p50 @1 (ms)", gate1.get("added_p50_ms"), "<= 2"))
     if run32:
         checks.append(("runner mean batch @32", run32["mean_batch_size"], "> 4"))
-        checks.append(("runner p99/p50 @32", run32["p99_ms"] / run32["p50_ms"] if run32["p50_ms"] else None, "<= 1.5"))
+        checks.append(
+            ("runner p99/p50 @32", run32["p99_ms"] / run32["p50_ms"] if run32["p50_ms"] else None, "<= 1.5")
+        )
     return checks
 
 

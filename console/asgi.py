@@ -26,11 +26,16 @@ async def http_app(scope, receive, send):
     declared = header(scope, b"content-length")
     # Refuse an oversized upload before daphne's body has to be spooled anywhere by Django.
     if declared and declared.isdigit() and int(declared) > settings.MAX_UPLOAD_BYTES + 1024 * 1024:
-        return await send_error(send, PayloadTooLarge(f"request body is larger than the limit of {settings.MAX_UPLOAD_BYTES} bytes"))
+        return await send_error(
+            send,
+            PayloadTooLarge(f"request body is larger than the limit of {settings.MAX_UPLOAD_BYTES} bytes"),
+        )
     return await django_app(scope, receive, send)
 
 
-application = ProtocolTypeRouter({
-    "http": http_app,
-    "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-})
+application = ProtocolTypeRouter(
+    {
+        "http": http_app,
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    }
+)

@@ -251,6 +251,8 @@ def _ensure_postgres(data_dir: Path, state: _State) -> str:
         _adopt("postgres", section, proc.pid, proc)
     elif not _owner_alive(section):
         _adopt("postgres", section, pid)  # left running by a killed run: ours to stop now
+    if port is None:  # a live postmaster that has not written its port yet
+        raise RuntimeError(f"PostgreSQL (pid {pid}) serves {pgdata} but its port is not known yet; run again")
     section["port"] = port
     _ensure_database(port, password)
     return f"postgres://{DB_SUPERUSER}:{password}@127.0.0.1:{port}/{DB_NAME}"
@@ -403,11 +405,11 @@ def _ensure_redis(data_dir: Path, state: _State) -> str:
     pidfile = rdir / "redis.pid"
     pid = _read_pid(pidfile)
     port = section.get("port")
-    if _pid_alive(pid, "redis-server") and _redis_ping(port, password):
+    if pid is not None and _pid_alive(pid, "redis-server") and _redis_ping(port, password):
         if not _owner_alive(section):
             _adopt("redis", section, pid)
     else:
-        if _pid_alive(pid, "redis-server"):
+        if pid is not None and _pid_alive(pid, "redis-server"):
             # Alive but not answering on the remembered port: restart it rather than guess.
             _stop_process(pid, None, signal.SIGTERM)
         pidfile.unlink(missing_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from core.env import (
     ConfigError,
@@ -18,7 +19,7 @@ from core.env import (
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     # A clear one-line message instead of a traceback for configuration mistakes.
     sys.stderr.write(f"lantau: configuration error: {message}\n")
     raise SystemExit(2)
@@ -27,17 +28,20 @@ def _fail(message: str) -> None:
 try:
     DEBUG = env_bool("LANTAU_DEBUG", False)
     DATA_DIR = Path(env_str("LANTAU_DATA_DIR", str(BASE_DIR / "var"))).resolve()
-    SECRET_KEY = env_str("SECRET_KEY")
+    _secret = env_str("SECRET_KEY")
     _secret_file = DATA_DIR / "secret_key"  # written (mode 0600) by the quick start on its first run
-    if not SECRET_KEY and _secret_file.is_file():
-        SECRET_KEY = _secret_file.read_text().strip()
-    if not SECRET_KEY:
+    if not _secret and _secret_file.is_file():
+        _secret = _secret_file.read_text().strip()
+    if not _secret:
         if not DEBUG:
             raise ConfigError("SECRET_KEY is not set (set it, or LANTAU_DEBUG=1 for a development-only key)")
-        SECRET_KEY = "lantau-development-only-key-do-not-use-in-production"
+        _secret = "lantau-development-only-key-do-not-use-in-production"
+    SECRET_KEY = _secret  # a str from here on (mypy's Django plugin reads the settings' types)
     ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
     CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
-    DATABASES = {"default": parse_database_url(env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/lantau"))}
+    DATABASES = {
+        "default": parse_database_url(env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/lantau"))
+    }
     REDIS_URL = check_redis_url(env_str("REDIS_URL", "redis://127.0.0.1:6379/0"))
     # Namespaces Celery's queues, the Channels layer and the cache, so installs can share one Redis.
     REDIS_PREFIX = env_str("LANTAU_REDIS_PREFIX", "lantau")
@@ -129,11 +133,19 @@ CSRF_COOKIE_HTTPONLY = False
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-                     "KEY_PREFIX": REDIS_PREFIX}}
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": REDIS_PREFIX,
+    }
+}
 
 CHANNEL_LAYERS = {
-    "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{REDIS_PREFIX}:asgi"}},
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{REDIS_PREFIX}:asgi"},
+    },
 }
 
 CELERY_BROKER_URL = REDIS_URL

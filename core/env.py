@@ -7,6 +7,7 @@ deployment configuration stops the process at start instead of silently falling 
 from __future__ import annotations
 
 import os
+from typing import overload
 from urllib.parse import unquote, urlsplit
 
 
@@ -18,7 +19,16 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+@overload
+def env_str(name: str) -> str | None: ...
+@overload
+def env_str(name: str, default: str) -> str: ...
+@overload
+def env_str(name: str, default: str | None) -> str | None: ...
+
+
 def env_str(name: str, default: str | None = None) -> str | None:
+    """The variable's value; ``default`` when it is unset or empty."""
     value = os.environ.get(name)
     return default if value is None or value == "" else value
 

@@ -50,7 +50,8 @@ def team_jobs_group(team_id: int) -> str:
 
 def publish_deployment_status(deployment: Deployment) -> None:
     replicas: list[ReplicaPayload] = [
-        {"id": r.pk, "state": r.state, "node": r.node.name} for r in deployment.replica_set.select_related("node")
+        {"id": r.pk, "state": r.state, "node": r.node.name}
+        for r in deployment.replica_set.select_related("node")
     ]
     payload: DeploymentStatusPayload = {
         "type": "deployment.status",

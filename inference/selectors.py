@@ -29,13 +29,20 @@ def version_get(*, team: Team, version_id: int) -> ModelVersion:
 
 
 def versions_for_team(*, team: Team) -> QuerySet[ModelVersion]:
-    return ModelVersion.objects.select_related("model").filter(model__team=team).order_by("model__name", "-number")
+    return (
+        ModelVersion.objects.select_related("model")
+        .filter(model__team=team)
+        .order_by("model__name", "-number")
+    )
 
 
 def deployments_for_team(*, team: Team) -> QuerySet[Deployment]:
     replicas = Replica.objects.select_related("node").order_by("pk")
-    return (Deployment.objects.filter(team=team).select_related("model_version__model")
-            .prefetch_related(Prefetch("replica_set", queryset=replicas)))
+    return (
+        Deployment.objects.filter(team=team)
+        .select_related("model_version__model")
+        .prefetch_related(Prefetch("replica_set", queryset=replicas))
+    )
 
 
 def deployment_get(*, team: Team, name: str) -> Deployment:

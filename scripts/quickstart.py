@@ -65,6 +65,7 @@ class Child:
         self.pump.start()
 
     def _pump(self) -> None:
+        assert self.proc.stdout is not None  # started with stdout=PIPE
         with open(self.log_path, "a", encoding="utf-8") as log:
             for line in self.proc.stdout:
                 log.write(line)

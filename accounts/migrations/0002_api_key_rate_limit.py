@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0001_initial'),
+        ("accounts", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='apikey',
-            name='burst',
+            model_name="apikey",
+            name="burst",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='rate_per_s',
+            model_name="apikey",
+            name="rate_per_s",
             field=models.FloatField(blank=True, null=True),
         ),
     ]

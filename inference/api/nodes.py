@@ -27,8 +27,12 @@ def node_list(request):
 def node_beat(request, payload: HeartbeatIn):
     """Called by a node agent every few seconds: reports actual state, answers desired replicas."""
     node = request.auth
-    desired = node_heartbeat(node=node, region=payload.region, inventory=payload.inventory,
-                             replicas=[r.dict() for r in payload.replicas])
+    desired = node_heartbeat(
+        node=node,
+        region=payload.region,
+        inventory=payload.inventory,
+        replicas=[r.dict() for r in payload.replicas],
+    )
     return {"node": node.name, "region": node.region, "replicas": desired}
 
 

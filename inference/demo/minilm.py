@@ -22,7 +22,13 @@ def export_onnx(path: Path) -> Path:
     names = ["input_ids", "attention_mask", "token_type_ids"]
     axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"last_hidden_state": {0: "batch", 1: "tokens"}}
     torch.onnx.export(
-        model, (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(path), input_names=names,
-        output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=17, dynamo=False,
+        model,
+        (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+        str(path),
+        input_names=names,
+        output_names=["last_hidden_state"],
+        dynamic_axes=axes,
+        opset_version=17,
+        dynamo=False,
     )
     return path

@@ -94,9 +94,9 @@ def build_model(
         "initializer_range": init_std,
     }
     if arch == "gpt2":
-        config = GPT2Config(n_embd=hidden, n_layer=layers, n_head=4, n_positions=context, **common)
-        return GPT2LMHeadModel(config)
-    config = LlamaConfig(
+        gpt2_config = GPT2Config(n_embd=hidden, n_layer=layers, n_head=4, n_positions=context, **common)
+        return GPT2LMHeadModel(gpt2_config)
+    llama_config = LlamaConfig(
         hidden_size=hidden,
         intermediate_size=hidden * 3,
         num_hidden_layers=layers,
@@ -106,7 +106,7 @@ def build_model(
         tie_word_embeddings=True,
         **common,
     )
-    return LlamaForCausalLM(config)
+    return LlamaForCausalLM(llama_config)
 
 
 def train(

@@ -73,4 +73,5 @@ class Engine:
         return TensorSpec(arg.name, np.dtype(dtype), tuple(arg.shape))
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self.session.run(self._output_names, feeds)
+        outputs: list[np.ndarray] = self.session.run(self._output_names, feeds)  # onnxruntime is untyped
+        return outputs

@@ -12,7 +12,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--user", required=True)
         parser.add_argument("--name", required=True)
-        parser.add_argument("--scope", action="append", dest="scopes", help="inference (default) or manage; repeatable")
+        parser.add_argument(
+            "--scope", action="append", dest="scopes", help="inference (default) or manage; repeatable"
+        )
 
     def handle(self, *args, user, name, scopes, **options):
         account = get_user_model().objects.filter(username=user).first()
@@ -25,5 +27,7 @@ class Command(BaseCommand):
             api_key, clear = api_key_create(team=membership.team, actor=account, name=name, scopes=scopes)
         except ApplicationError as exc:
             raise CommandError(exc.message) from None
-        self.stderr.write(f"Created key {api_key.prefix} for team {membership.team.name} (scopes: {', '.join(api_key.scopes)})")
+        self.stderr.write(
+            f"Created key {api_key.prefix} for team {membership.team.name} (scopes: {', '.join(api_key.scopes)})"
+        )
         self.stdout.write(clear)

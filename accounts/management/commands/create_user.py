@@ -25,6 +25,8 @@ class Command(BaseCommand):
             user = User.objects.create_user(username=username, password=password)
             team_obj, _ = Team.objects.get_or_create(name=team)
             Membership.objects.create(team=team_obj, user=user, role=role)
-            audit_record(team=team_obj, actor=None, action="user.create", target=username, data={"role": role})
+            audit_record(
+                team=team_obj, actor=None, action="user.create", target=username, data={"role": role}
+            )
         self.stderr.write(f"Created {username} ({role} of {team}); password on the next line")
         self.stdout.write(password)

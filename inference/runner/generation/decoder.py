@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import Engine
+from ..engine import Engine, TensorSpec
 from ..errors import ConfigError
 from .kv_batch import KVBatch
 from .spec import GenerationSpec
@@ -33,11 +33,11 @@ class Decoder:
         self._check_graph(inputs, [s.name for s in engine.outputs])
         self.uses_positions = "position_ids" in inputs
         self.cache_dtype = inputs[self.past_names[0]].dtype
-        self._ints = {name: inputs[name].dtype for name in ("input_ids", "attention_mask", "position_ids")
-                      if name in inputs}  # fmt: skip
+        names = ("input_ids", "attention_mask", "position_ids")
+        self._ints: dict[str, np.dtype] = {name: inputs[name].dtype for name in names if name in inputs}
         self._outputs = ["logits", *self.present_names]
 
-    def _check_graph(self, inputs: dict, outputs: list[str]) -> None:
+    def _check_graph(self, inputs: dict[str, TensorSpec], outputs: list[str]) -> None:
         allowed = {"input_ids", "attention_mask", "position_ids", *self.past_names}
         missing = [n for n in ("input_ids", "attention_mask", *self.past_names) if n not in inputs]
         unknown = sorted(set(inputs) - allowed)
@@ -58,7 +58,7 @@ class Decoder:
     def _run(
         self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, cache: list[np.ndarray]
     ) -> tuple[np.ndarray, list[np.ndarray]]:
-        feeds = {"input_ids": ids, "attention_mask": mask}
+        feeds: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": mask}
         if self.uses_positions:
             feeds["position_ids"] = positions
         feeds = {name: value.astype(self._ints[name], copy=False) for name, value in feeds.items()}

@@ -22,7 +22,8 @@ class IncrementalDetokenizer:
         self._read = len(self._ids)  # end of what was already emitted
 
     def _decode(self, ids: list[int]) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=True)
+        text: str = self._tokenizer.decode(ids, skip_special_tokens=True)  # tokenizers is untyped
+        return text
 
     def add(self, token: int) -> str:
         """Take one new token; return the text it completes (possibly empty)."""

@@ -14,9 +14,10 @@ from tokenizers import Tokenizer
 
 from ..engine import Engine
 from ..errors import ConfigError, InvalidInput, NotFound
-from .chat_template import ChatTemplate, Messages
+from .chat_template import ChatTemplate
 from .continuous_batch import ContinuousBatch
 from .decoder import Decoder
+from .protocol import GenerationRequest
 from .sampling import SamplingParams
 from .scheduler import GenerationScheduler
 from .sequence import Sequence
@@ -47,12 +48,17 @@ class TextGeneration:
     def prepare(self, _: Any) -> Any:
         raise NotFound("this deployment generates text; use /v1/chat/completions or /v1/completions")
 
-    def encode_chat(self, messages: Messages) -> list[int]:
-        text = self.template.render(messages)
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+    def encode(self, request: GenerationRequest) -> list[int]:
+        """Token ids of a chat (rendered through the template) or of a completion's prompt."""
+        if request.messages is not None:
+            return self._ids(self.template.render(request.messages), special=False)
+        if request.prompt is not None:
+            return self._ids(request.prompt, special=True)
+        raise InvalidInput("send 'messages' (chat) or 'prompt' (completion)")
 
-    def encode_prompt(self, prompt: str) -> list[int]:
-        return self.tokenizer.encode(prompt, add_special_tokens=True).ids
+    def _ids(self, text: str, *, special: bool) -> list[int]:
+        ids: list[int] = self.tokenizer.encode(text, add_special_tokens=special).ids  # tokenizers is untyped
+        return ids
 
     def max_tokens(self, prompt_tokens: int, requested: int | None) -> int:
         """How many tokens may follow the prompt; 422 with the numbers when it does not fit."""

@@ -16,6 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
+from contract.envelope import error_envelope
+
 from ..errors import NotFound, RunnerError
 from ..protocol import read_json
 from ..usage import record_usage
@@ -44,10 +46,8 @@ class GenerationRoutes:
         data = await read_json(request, state.config.max_body_bytes)
         parsed = parse_chat(data) if chat else parse_completion(data)
         pipeline, scheduler = self._serving(state, parsed.model)
-        encode, value = (
-            (pipeline.encode_chat, parsed.messages) if chat else (pipeline.encode_prompt, parsed.prompt)
-        )
-        prompt = await asyncio.get_running_loop().run_in_executor(state.preprocess_pool, encode, value)
+        loop = asyncio.get_running_loop()
+        prompt = await loop.run_in_executor(state.preprocess_pool, pipeline.encode, parsed)
         max_tokens = pipeline.max_tokens(len(prompt), parsed.max_tokens)
         sequence = pipeline.sequence(prompt, replace(parsed.params, max_tokens=max_tokens))
         scheduler.submit(sequence)
@@ -108,7 +108,7 @@ async def _stream(
     while True:
         event = await sequence.events.get()
         if event.finish_reason == ERROR:  # headers are sent: report in-band, as OpenAI does
-            await response.write(_sse({"error": {"type": "internal_error", "message": FAILED}}))
+            await response.write(_sse(error_envelope("internal_error", FAILED)))
             await response.write_eof()
             return response
         if event.text:
