@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from ninja.security import APIKeyCookie, HttpBearer
 
-from accounts.models import Membership, Team
+from accounts.models import ApiKey, Membership, Team
 from accounts.selectors import api_key_authenticate, membership_for
 
 
@@ -43,8 +43,6 @@ class ApiKeyTeamAuth(HttpBearer):
         identity = api_key_authenticate(token)
         if identity is None or "manage" not in identity.scopes:
             return None
-        from accounts.models import ApiKey
-
         api_key = ApiKey.objects.select_related("created_by", "team").filter(pk=identity.key_id).first()
         if api_key is None or api_key.created_by is None:
             return None

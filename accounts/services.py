@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import secrets
+
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
@@ -132,8 +135,6 @@ def api_key_revoke(*, team: Team, actor, key_id: int) -> ApiKey:
 
 def user_ensure_admin(*, username: str = "admin", team_name: str = "default") -> tuple[object, str | None]:
     """Create the first superuser and its team if missing; return (user, password or None if it existed)."""
-    import secrets
-
     user = User.objects.filter(username=username).first()
     if user is not None:
         return user, None
@@ -148,9 +149,6 @@ def user_ensure_admin(*, username: str = "admin", team_name: str = "default") ->
 
 def member_invite(*, team: Team, actor, username: str, role: str) -> tuple[Membership, str | None]:
     """Add a user to the team, creating the account when it does not exist (its password is returned once)."""
-    import re
-    import secrets
-
     if not re.fullmatch(r"[\w.@+-]{1,150}", username or ""):
         raise ValidationFailed("username may contain letters, digits and @.+-_ (max 150)")
     password = None

@@ -2,10 +2,10 @@
 
 from celery import shared_task
 
+from accounts.services import api_keys_sync
+
 
 @shared_task(name="accounts.tasks.api_keys_sync")
 def api_keys_sync_task() -> int:
     """Keep the API-key cache that runners trust in step with the database (every minute)."""
-    from accounts.services import api_keys_sync
-
     return api_keys_sync()

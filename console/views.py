@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import plotly
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.http import JsonResponse
+from django.http import FileResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
@@ -48,11 +51,6 @@ def dashboard(request):
 
 def plotly_js(request):
     """Plotly's browser bundle, served from the installed `plotly` package (no CDN: consoles run offline)."""
-    from pathlib import Path
-
-    import plotly
-    from django.http import FileResponse
-
     path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
     response = FileResponse(open(path, "rb"), content_type="application/javascript")
     response["Cache-Control"] = "public, max-age=86400"

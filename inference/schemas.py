@@ -4,6 +4,7 @@ from typing import Annotated
 from ninja import Field, Schema
 
 from inference.jobs.registry import KindNameSchema, KindOptionsSchema
+from inference.selectors import deployment_status
 
 
 class ArtifactOut(Schema):
@@ -126,8 +127,6 @@ class DeploymentOut(Schema):
 
     @staticmethod
     def resolve_status(obj):
-        from inference.selectors import deployment_status
-
         return deployment_status(obj)
 
     @staticmethod
