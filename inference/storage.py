@@ -6,6 +6,7 @@ atomically, so a reader never sees a half-written file and identical content is 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -17,9 +18,23 @@ from typing import Protocol
 
 from django.conf import settings
 
-from core.errors import PayloadTooLarge
+from core.errors import ApplicationError, PayloadTooLarge
 
 CHUNK = 1024 * 1024
+FREE_CHECK_EVERY = 64 * CHUNK
+
+
+class InsufficientStorage(ApplicationError):
+    """The store's disk is (nearly) full: 507, and the partial file is removed."""
+
+    status, type = 507, "insufficient_storage"
+
+
+def _check_free(folder: Path) -> None:
+    if shutil.disk_usage(folder).free < settings.STORAGE_MIN_FREE_BYTES:
+        raise InsufficientStorage(
+            "the model store is out of space; nothing was stored (ask an operator to free space)"
+        )
 
 
 class StoredFile(Protocol):
@@ -57,6 +72,7 @@ def stage(chunks: Iterable[bytes], *, max_bytes: int) -> StagedFile:
     tmp_dir.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     size = 0
+    _check_free(tmp_dir)
     fd, name = tempfile.mkstemp(dir=tmp_dir, prefix="upload-")
     path = Path(name)
     try:
@@ -65,8 +81,15 @@ def stage(chunks: Iterable[bytes], *, max_bytes: int) -> StagedFile:
                 size += len(chunk)
                 if size > max_bytes:
                     raise PayloadTooLarge(f"file is larger than the limit of {max_bytes} bytes")
+                if size % FREE_CHECK_EVERY < len(chunk):
+                    _check_free(tmp_dir)
                 digest.update(chunk)
                 out.write(chunk)
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise InsufficientStorage("the model store is out of space; nothing was stored") from None
+        raise
     except BaseException:
         path.unlink(missing_ok=True)
         raise
@@ -109,20 +132,48 @@ def link_artifacts(artifacts: Iterable[StoredFile], folder: Path) -> Path:
     return folder
 
 
+def linked_base() -> Path:
+    """``<STORAGE_DIR>/linked``, private to the worker's user (0700): no one else can plant files there."""
+    base = root() / "linked"
+    base.mkdir(parents=True, exist_ok=True)
+    os.chmod(base, 0o700)
+    return base
+
+
+def _holds(folder: Path, artifacts: list[StoredFile]) -> bool:
+    """Whether ``folder`` holds exactly these files with these contents (checked before every reuse)."""
+    try:
+        names = {p.name for p in folder.iterdir()}
+    except OSError:
+        return False
+    if names != {Path(a.filename).name for a in artifacts}:
+        return False
+    for artifact in artifacts:
+        path = folder / Path(artifact.filename).name
+        if path.is_symlink() or not path.is_file():
+            return False
+        with open(path, "rb") as handle:
+            if hashlib.file_digest(handle, "sha256").hexdigest() != artifact.sha256:
+                return False
+    return True
+
+
 def linked_folder(artifacts: Iterable[StoredFile]) -> Path:
     """One folder per set of files (reused by later jobs), e.g. an ONNX model beside its external data.
 
     Versions never change, so the folder is built once, under a temporary name, and renamed into place;
-    a job racing to build the same one keeps whichever landed first.
+    a job racing to build the same one keeps whichever landed first. Every reuse checks the contents'
+    hashes: a folder that does not hold exactly the version's files is removed and rebuilt.
     """
     artifacts = list(artifacts)
-    base = Path(tempfile.gettempdir()) / "lantau-linked"
+    base = linked_base()
     # Named by content, not by id: ids repeat across databases, contents do not.
     content = hashlib.sha256("".join(sorted(a.sha256 + a.filename for a in artifacts)).encode())
     folder = base / content.hexdigest()[:32]
-    if (folder / "model.onnx").exists():
-        return folder
-    base.mkdir(parents=True, exist_ok=True)
+    if folder.exists():
+        if _holds(folder, artifacts):
+            return folder
+        shutil.rmtree(folder, ignore_errors=True)
     building = Path(tempfile.mkdtemp(prefix=".building-", dir=base))
     link_artifacts(artifacts, building)
     try:

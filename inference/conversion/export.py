@@ -2,8 +2,8 @@
 
 Sources are sniffed again here (``inference.validation.formats``): a worker never trusts that the
 upload check ran. HF weights load from safetensors only, with remote code off; TorchScript loads
-with ``torch.jit.load``, which compiles the archive's TorchScript and unpickles its constants with a
-restricted unpickler (no arbitrary Python globals: see docs/quantization.md).
+with ``torch.jit.load``, which runs the archive's code and has no safe mode: call this only inside
+the sandbox (``inference.sandbox``, docs/security.md "Untrusted models"), never in the worker.
 """
 
 from __future__ import annotations

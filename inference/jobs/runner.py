@@ -25,6 +25,7 @@ from inference.conversion.steps import JobCancelled
 from inference.jobs.registry import kind_get
 from inference.live import publish_job
 from inference.models import Job, JobStatus, ModelVersion
+from inference.sandbox import SandboxFailed
 from inference.services.registry import version_discard
 from inference.validation.formats import InvalidModel
 
@@ -84,6 +85,10 @@ class JobReporter:
             self._last_message, self._last_line, line = message, now, message
         publish_job(self.job, log_line=line)
 
+    def note(self, message: str) -> None:
+        """One log line as it is (the sandbox's output, already scrubbed of secrets)."""
+        self.job.log_lines.create(progress=self.job.progress, message=message[:500])
+
     def cancelled(self) -> bool:
         """Whether a person asked to cancel (checked against the row at most twice a second)."""
         now = time.monotonic()
@@ -117,6 +122,7 @@ def job_execute(job_id: int) -> str:
     publish_job(job)
     try:
         kind = kind_get(job.kind)
+        # mkdtemp makes the job's folder 0700: other local users can neither read nor plant files in it.
         with JobReporter(job) as reporter, tempfile.TemporaryDirectory(prefix=f"lantau-job-{job.pk}-") as tmp:
             outcome = kind().run(job, reporter, Path(tmp))
         return job_finish(
@@ -132,7 +138,7 @@ def job_execute(job_id: int) -> str:
 def _describe(exc: Exception) -> str:
     if isinstance(exc, ApplicationError):
         return exc.message[:2000]
-    if isinstance(exc, (InvalidModel, ValueError)):
+    if isinstance(exc, (InvalidModel, SandboxFailed, ValueError)):
         return str(exc)[:2000]
     return f"{type(exc).__name__}: {str(exc)[:500]}"
 

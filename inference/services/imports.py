@@ -16,7 +16,8 @@ from django.conf import settings
 from django.db import transaction
 
 from accounts.models import Team
-from accounts.services import audit_record, require_writer
+from accounts.permissions import permission_require
+from accounts.services import audit_record
 from core.errors import PayloadTooLarge, ValidationFailed
 from inference import queue, storage
 from inference.live import publish_job
@@ -29,7 +30,8 @@ from inference.services.registry import (
     labels_parse,
     version_create,
 )
-from inference.validation.archives import extract_zip
+from inference.validation.archives import ArchiveLimits, extract_zip
+from inference.validation.formats import SAFE_SEGMENT, InvalidModel
 from inference.validation.onnx_model import image_preprocessing
 
 MAX_FILES = 64
@@ -61,7 +63,7 @@ def model_import_start(
     input_shape: list[int] | None = None,
 ) -> Job:
     """Store the uploaded files and queue their import. `task` may be empty for a Hugging Face folder."""
-    require_writer(team=team, user=actor)
+    permission_require(team=team, user=actor, action="model.upload")
     if not NAME_RE.match(name or ""):
         raise ValidationFailed("model name must be lowercase letters, digits and dashes (max 63)")
     if task and task not in Task.values:
@@ -79,6 +81,9 @@ def model_import_start(
             stored.append(
                 {"filename": Path(filename).name or "upload", "sha256": staged.sha256, "size": staged.size}
             )
+    except storage.InsufficientStorage:
+        blobs_drop_unreferenced([str(f["sha256"]) for f in stored])
+        raise
     except PayloadTooLarge:
         blobs_drop_unreferenced([str(f["sha256"]) for f in stored])
         raise PayloadTooLarge(
@@ -111,7 +116,10 @@ def model_import_start(
 def materialize(files: list[dict], folder: Path) -> Path:
     """Lay the uploaded files out in `folder`; a single zip that is not TorchScript is extracted safely."""
     if len(files) == 1 and _is_plain_zip(storage.blob_path(files[0]["sha256"])):
-        extract_zip(storage.blob_path(files[0]["sha256"]), folder)
+        limits = ArchiveLimits(
+            max_total_bytes=settings.ARCHIVE_MAX_BYTES, max_files=settings.ARCHIVE_MAX_FILES
+        )
+        extract_zip(storage.blob_path(files[0]["sha256"]), folder, limits)
         inner = [p for p in folder.iterdir()]
         return inner[0] if len(inner) == 1 and inner[0].is_dir() else folder  # zip of one top folder
     folder.mkdir(parents=True)
@@ -130,6 +138,41 @@ def _is_plain_zip(path: Path) -> bool:
     except zipfile.BadZipFile:
         return True  # let extraction report it as a corrupt archive
     return not any(n.endswith("constants.pkl") or n.endswith("data.pkl") for n in names)
+
+
+FORMATS = ("onnx", "torchscript", "huggingface")
+
+
+def _kept_name(folder: Path, name: object) -> str:
+    """A file name the sandbox reported: plain segments naming a regular file in ``folder``."""
+    if not isinstance(name, str) or not all(
+        SAFE_SEGMENT.match(part) and part not in (".", "..") for part in name.split("/")
+    ):
+        raise InvalidModel(f"the check reported an unusable file name {str(name)[:100]!r}")
+    path = folder / name
+    if path.is_symlink() or not path.is_file():
+        raise InvalidModel(f"the check reported {name!r}, which is not a file of the upload")
+    return name
+
+
+def import_info_checked(raw: dict, folder: Path) -> dict:
+    """The sandbox's description of an upload, trusted only after checking it: names, types, task."""
+    info = dict(raw)
+    if info.get("format") not in FORMATS:
+        raise InvalidModel("the check reported an unknown format")
+    if info["format"] != "huggingface":
+        info["path"] = folder / _kept_name(folder, info.get("path"))
+    info["weights"] = [_kept_name(folder, n) for n in info.get("weights") or []]
+    info["external_data"] = [_kept_name(folder, n) for n in info.get("external_data") or []]
+    labels = info.get("labels") or []
+    if not (isinstance(labels, list) and all(isinstance(label, str) for label in labels)):
+        raise InvalidModel("the check reported labels that are not strings")
+    if info.get("task") not in (None, "", *Task.values):
+        raise InvalidModel("the check reported an unknown task")
+    for key in ("preprocessing", "details"):
+        if info.get(key) is not None and not isinstance(info[key], dict):
+            raise InvalidModel(f"the check reported a malformed {key}")
+    return info
 
 
 def keep_files(info: dict, folder: Path) -> list[tuple[str, str, Path]]:

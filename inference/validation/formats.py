@@ -8,12 +8,15 @@ else is refused with one exception type, ``InvalidModel``, whose message says wh
 from __future__ import annotations
 
 import json
+import re
 import struct
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
+# One segment of an external data location: no separators, no marker such as ORT's */_ORT_MEM_ADDR_/*.
+SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+$")
 MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json")
@@ -104,6 +107,11 @@ def sniff_onnx(path: Path) -> dict:
     }
 
 
+def tensors(graph) -> Iterator:
+    """Every tensor of a graph, its subgraphs included: initializers, sparse parts, attribute tensors."""
+    return _tensors(graph)
+
+
 def _tensors(graph) -> Iterator:
     yield from graph.initializer
     for sparse in graph.sparse_initializer:
@@ -120,8 +128,14 @@ def _tensors(graph) -> Iterator:
                 yield from _tensors(sub)
 
 
+def location_safe(location: str) -> bool:
+    """Plain relative segments only: no absolute path, no ``..``, no ``*`` (ORT's in-memory address marker)."""
+    parts = location.split("/")
+    return bool(location) and all(SAFE_SEGMENT.match(p) and p not in (".", "..") for p in parts)
+
+
 def check_external_data(model, folder: Path) -> list[str]:
-    """Every external ``location`` must be a relative path to a regular file inside ``folder``."""
+    """Every external ``location`` must be plain relative segments naming a regular file inside ``folder``."""
     import onnx
 
     root = folder.resolve()
@@ -132,19 +146,19 @@ def check_external_data(model, folder: Path) -> list[str]:
         info = {entry.key: entry.value for entry in tensor.external_data}
         location = info.get("location", "")
         target = (root / location).resolve()
-        if (
-            not location
-            or Path(location).is_absolute()
-            or ".." in Path(location).parts
-            or not target.is_relative_to(root)
-        ):
+        if not location_safe(location) or not target.is_relative_to(root):
             raise InvalidModel(
                 f"external data location {location!r} of tensor {tensor.name!r} is outside the model's folder"
             )
         if (root / location).is_symlink() or not target.is_file():
             raise InvalidModel(f"external data file {location!r} of tensor {tensor.name!r} is missing")
-        end = int(info.get("offset", 0) or 0) + int(info.get("length", 0) or 0)
-        if end > target.stat().st_size:
+        try:
+            offset, length = int(info.get("offset", 0) or 0), int(info.get("length", 0) or 0)
+        except ValueError:
+            raise InvalidModel(
+                f"external data of tensor {tensor.name!r} has a non-numeric offset or length"
+            ) from None
+        if offset < 0 or length < 0 or offset + length > target.stat().st_size:
             raise InvalidModel(f"external data of tensor {tensor.name!r} runs past the end of {location!r}")
         locations.append(location)
     return sorted(set(locations))
@@ -236,13 +250,24 @@ def check_safetensors(path: Path) -> None:
             header = json.loads(handle.read(length))
         except (UnicodeDecodeError, json.JSONDecodeError):
             raise InvalidModel(f"{path.name} has a corrupt safetensors header") from None
+    if not isinstance(header, dict):
+        raise InvalidModel(f"{path.name} has a corrupt safetensors header")
     body = size - 8 - length
+    ranges = []
     for name, meta in header.items():
         if name == "__metadata__":
             continue
-        start, end = (meta.get("data_offsets") or [0, -1]) if isinstance(meta, dict) else (0, -1)
+        offsets = meta.get("data_offsets") if isinstance(meta, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
+            raise InvalidModel(f"{path.name}: tensor {name!r} has no valid data_offsets")
+        start, end = offsets
         if not (0 <= start <= end <= body):
             raise InvalidModel(f"{path.name}: tensor {name!r} lies outside the file")
+        ranges.append((start, end, name))
+    ranges.sort()
+    for (_, end, first), (start, _, second) in zip(ranges, ranges[1:], strict=False):
+        if start < end:
+            raise InvalidModel(f"{path.name}: tensors {first!r} and {second!r} overlap")
 
 
 def task_from_config(config: dict) -> str:

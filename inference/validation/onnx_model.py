@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from inference.validation.formats import InvalidModel
+from inference.validation.formats import InvalidModel, location_safe, tensors
 
 _DTYPES = {
     1: "float32",
@@ -48,11 +48,18 @@ def inspect_onnx(path: Path, *, allow_external: bool = False) -> dict:
         raise InvalidModel(f"not a valid ONNX model: {type(exc).__name__}") from None
     if not model.graph.node:
         raise InvalidModel("not a valid ONNX model: the graph has no nodes")
-    for tensor in model.graph.initializer:
-        if tensor.data_location == onnx.TensorProto.EXTERNAL and not allow_external:
+    for tensor in tensors(model.graph):  # subgraphs, sparse and attribute tensors too, not just initializers
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        if not allow_external:
             raise InvalidModel(
                 "this ONNX model keeps its weights in external data files: upload the .onnx "
                 "file together with them (several files, or one zip)"
+            )
+        location = {entry.key: entry.value for entry in tensor.external_data}.get("location", "")
+        if not location_safe(location):
+            raise InvalidModel(
+                f"external data location {location[:100]!r} of tensor {tensor.name!r} is refused"
             )
     try:
         # With external data the checker must see the file's folder to find the weights it names.

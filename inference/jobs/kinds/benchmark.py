@@ -6,10 +6,9 @@ from pathlib import Path
 
 from pydantic import Field
 
-from inference.conversion.benchmark import benchmark
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
 from inference.jobs.runner import JobReporter
-from inference.jobs.versions import job_source, version_inputs
+from inference.jobs.versions import job_source, put_version, sandbox, version_inputs
 from inference.models import Job
 
 
@@ -26,14 +25,10 @@ class Benchmark(JobKindBase):
     def run(self, job: Job, reporter: JobReporter, workdir: Path) -> Outcome:
         """Time the version; the result is the job's, no new version."""
         runs = BenchmarkOptions.parse(job.options, kind=self.name).runs
-        src = version_inputs(job_source(job))
-        # Short rounds keep cancellation prompt: it is checked between rounds.
-        report = benchmark(
-            src.model,
-            src.task,
-            runs=runs,
-            rounds=max(3, runs // 200),
-            progress=reporter.scaled(0, 95),
-            cancelled=reporter.cancelled,
-        )
+        with sandbox(reporter) as box:
+            src = put_version(box, version_inputs(job_source(job)), "model")
+            args = {"model": src["model"], "task": src["task"], "runs": runs, "rounds": max(3, runs // 200)}
+            report = box.call(
+                "benchmark", args, progress=reporter.scaled(0, 95), cancelled=reporter.cancelled
+            )
         return Outcome(report)

@@ -9,7 +9,7 @@ from pydantic import Field
 from core.errors import ValidationFailed
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
 from inference.jobs.runner import JobReporter
-from inference.jobs.versions import COMPARE_LIMIT, compare_with_parent, job_source, version_inputs
+from inference.jobs.versions import COMPARE_LIMIT, compare_with_parent, job_source
 from inference.models import Job, ModelVersion
 
 
@@ -36,8 +36,6 @@ class Evaluate(JobKindBase):
         source = job_source(job)
         if source.parent is None:
             raise ValidationFailed("evaluation compares a version with its parent; this version has none")
-        report = compare_with_parent(
-            reporter, source.parent, version_inputs(source).model, 0, limit=options.limit
-        )
+        report = compare_with_parent(reporter, source.parent, source, limit=options.limit)
         ModelVersion.objects.filter(pk=source.pk).update(report={**source.report, **report})
         return Outcome(report)

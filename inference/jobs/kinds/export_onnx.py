@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -10,13 +9,12 @@ from pydantic import Field
 
 from core.errors import ValidationFailed
 from inference import storage
-from inference.conversion.export import export_onnx
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
 from inference.jobs.runner import JobReporter
-from inference.jobs.versions import job_lineage, job_source
+from inference.jobs.versions import job_lineage, job_source, sandbox
 from inference.models import Job, ModelVersion
 from inference.services.registry import version_derive
-from inference.validation.onnx_model import image_preprocessing, inspect_onnx
+from inference.validation.onnx_model import image_preprocessing
 
 TEXT_RUNTIME = {"feature-extraction": {"max_length": 256, "pooling": "mean", "normalize": True}}
 
@@ -48,22 +46,25 @@ class ExportOnnx(JobKindBase):
         """Export, then store the ONNX model with its tokenizer, labels and preprocessing."""
         source, options = job_source(job), ExportOnnxOptions.parse(job.options, kind=self.name)
         storage.link_artifacts(source.artifacts.all(), workdir / "source")
-        src = workdir / "source" / "model.pt" if source.format == "torchscript" else workdir / "source"
-        out = workdir / "out"
-        report = export_onnx(
-            src,
-            out,
-            source.model.task,
-            progress=reporter.scaled(0, 80),
-            cancelled=reporter.cancelled,
-            input_shape=options.input_shape or source.runtime_config.get("input_shape"),
-        )
-        report = json.loads(json.dumps(report, default=str))  # paths and numbers from numpy, as JSON
-        model_path, tokenizer = out / "model.onnx", out / "tokenizer.json"
+        with sandbox(reporter) as box:
+            # TorchScript is code: it is loaded only in the sandbox, never in this worker.
+            folder = box.put("source", workdir / "source")
+            args = {
+                "src": str(folder / "model.pt" if source.format == "torchscript" else folder),
+                "out": str(box.out / "export"),
+                "task": source.model.task,
+                "input_shape": options.input_shape or source.runtime_config.get("input_shape"),
+            }
+            result = box.call("export", args, progress=reporter.scaled(0, 80), cancelled=reporter.cancelled)
+            model_path = box.take("export/model.onnx", workdir / "out" / "model.onnx")
+            tokenizer = workdir / "out" / "tokenizer.json"
+            if result["report"].get("tokenizer"):
+                box.take("export/tokenizer.json", tokenizer)
+        report = result["report"]
         pre = None
         if source.model.task == "image-classification":
             pre = image_preprocessing(
-                inspect_onnx(model_path), report.get("preprocessing") or source.preprocessing or {}
+                result["details"], report.get("preprocessing") or source.preprocessing or {}
             )
         runtime = TEXT_RUNTIME.get(source.model.task, {})
         if source.model.task == "text-generation":

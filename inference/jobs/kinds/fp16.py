@@ -6,10 +6,9 @@ from pathlib import Path
 
 from pydantic import Field
 
-from inference.conversion.graph import convert_fp16
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
 from inference.jobs.runner import JobReporter
-from inference.jobs.versions import derive_compared, job_source, version_inputs
+from inference.jobs.versions import derive_compared
 from inference.models import Job
 
 
@@ -28,15 +27,8 @@ class Fp16(JobKindBase):
 
     def run(self, job: Job, reporter: JobReporter, workdir: Path) -> Outcome:
         """Convert the weights to FP16 and store the result as the next version."""
-        options = Fp16Options.parse(job.options, kind=self.name)
-        dst = workdir / "model.onnx"
-        conversion = convert_fp16(
-            version_inputs(job_source(job)).model,
-            dst,
-            keep_io_types=options.keep_io_types,
-            op_block_list=options.op_block_list,
-            progress=reporter.scaled(0, 50),
-            cancelled=reporter.cancelled,
+        options = Fp16Options.parse(job.options, kind=self.name).model_dump()
+        report, version = derive_compared(
+            job, reporter, workdir, op="fp16", options=options, precision="fp16"
         )
-        report, version = derive_compared(job, reporter, dst, precision="fp16", conversion=conversion)
         return Outcome(report, version)

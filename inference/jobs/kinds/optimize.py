@@ -7,10 +7,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from inference.conversion.graph import optimize_graph
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
 from inference.jobs.runner import JobReporter
-from inference.jobs.versions import derive_compared, job_source, version_inputs
+from inference.jobs.versions import derive_compared, job_source
 from inference.models import Job
 
 
@@ -30,16 +29,12 @@ class Optimize(JobKindBase):
     def run(self, job: Job, reporter: JobReporter, workdir: Path) -> Outcome:
         """Fuse and fold the graph once and store the result, same precision, as the next version."""
         options = OptimizeOptions.parse(job.options, kind=self.name)
-        source = job_source(job)
-        dst = workdir / "model.onnx"
-        conversion = optimize_graph(
-            version_inputs(source).model,
-            dst,
-            level=options.level,
-            progress=reporter.scaled(0, 50),
-            cancelled=reporter.cancelled,
-        )
         report, version = derive_compared(
-            job, reporter, dst, precision=source.precision, conversion=conversion
+            job,
+            reporter,
+            workdir,
+            op="optimize",
+            options={"level": options.level},
+            precision=job_source(job).precision,
         )
         return Outcome(report, version)

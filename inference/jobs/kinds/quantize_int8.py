@@ -7,10 +7,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from inference.conversion.quantize import quantize_dynamic_int8, quantize_static_int8, recommended_options
+from inference.conversion.quantize import recommended_options
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
 from inference.jobs.runner import JobReporter
-from inference.jobs.versions import derive_compared, job_source, version_inputs
+from inference.jobs.versions import derive_compared, job_source
 from inference.models import Job
 
 UNSET = "unset: the recommended setting for the model's task (docs/quantization.md)"
@@ -54,26 +54,17 @@ class QuantizeInt8(JobKindBase):
     Options = QuantizeInt8Options
 
     def run(self, job: Job, reporter: JobReporter, workdir: Path) -> Outcome:
-        """Quantize with the task's recommended settings overridden by the job's, then store the result."""
-        src = version_inputs(job_source(job))
+        """Quantize (in the sandbox) with the task's recommended settings overridden by the job's."""
+        task = job_source(job).model.task
         given = QuantizeInt8Options.parse(job.options, kind=self.name).model_dump(exclude_none=True)
-        options = recommended_options(src.task) | given
+        options: dict[str, Any] = recommended_options(task) | given
         mode = options.pop("mode", "static")
-        dst = workdir / "model.onnx"
-        common: dict[str, Any] = {"progress": reporter.scaled(0, 50), "cancelled": reporter.cancelled}
         if mode == "dynamic":
             for key in STATIC_ONLY:
                 options.pop(key, None)
-            conversion = quantize_dynamic_int8(src.model, dst, **options, **common)
         else:
-            conversion = quantize_static_int8(
-                src.model,
-                dst,
-                task=src.task,
-                preprocessing=src.preprocessing,
-                tokenizer=src.tokenizer,
-                **options,
-                **common,
-            )
-        report, version = derive_compared(job, reporter, dst, precision="int8", conversion=conversion)
+            options |= {"task": task, "preprocessing": "$preprocessing", "tokenizer": "$tokenizer"}
+        report, version = derive_compared(
+            job, reporter, workdir, op=f"quantize_{mode}", options=options, precision="int8"
+        )
         return Outcome(report, version)

@@ -12,10 +12,9 @@ from pydantic import BaseModel, Field
 
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
 from inference.jobs.runner import JobReporter
+from inference.jobs.versions import sandbox
 from inference.models import Job
-from inference.services.imports import import_cleanup, materialize, register_import
-from inference.validation.formats import InvalidModel, sniff
-from inference.validation.onnx_model import check_task, inspect_onnx
+from inference.services.imports import import_cleanup, import_info_checked, materialize, register_import
 
 
 class StoredUpload(BaseModel):
@@ -44,21 +43,19 @@ class UploadImport(JobKindBase):
         """Check the upload and register it; the upload's blobs no version kept are removed either way."""
         options = ImportOptions.parse(job.options, kind=self.name)
         try:
-            reporter.progress(5, "unpacking the upload")
-            folder = materialize(job.options["files"], workdir / "upload")
-            reporter.progress(30, "checking the format")
-            info = sniff(folder)
-            if options.task and info.get("task") and options.task != info["task"]:
-                raise InvalidModel(
-                    f"the upload was declared {options.task} but its config describes {info['task']}"
+            with sandbox(reporter) as box:
+                reporter.progress(5, "unpacking the upload")
+                # Our own extraction (streaming, limited) writes into the box's read-only inputs.
+                folder = materialize(job.options["files"], box.inbox / "upload")
+                box.seal()
+                # Parsing and checking the model is the sandbox's: a crafted file crashes only the child.
+                args = {"folder": str(folder), "task": options.task, "labels": options.labels}
+                raw = box.call(
+                    "check_upload", args, progress=reporter.scaled(10, 65), cancelled=reporter.cancelled
                 )
-            if not (options.task or info.get("task")):
-                raise InvalidModel(f"say which task this {info['format']} model performs")
-            if info["format"] == "onnx":
-                info["details"] = inspect_onnx(info["path"], allow_external=True)
-                check_task(options.task, info["details"], labels=options.labels)
-            reporter.progress(70, f"storing the {info['format']} files")
-            version = register_import(job=job, info=info, folder=folder)
+                info = import_info_checked(raw, folder)
+                reporter.progress(70, f"storing the {info['format']} files")
+                version = register_import(job=job, info=info, folder=folder)
             summary = {
                 "format": info["format"],
                 "task": version.model.task,

@@ -1,0 +1,157 @@
+"""The only functions the sandbox child runs, by name: each takes JSON arguments and returns JSON.
+
+Everything that parses, loads or executes an uploaded model goes through here: the import check, the
+export to ONNX (TorchScript and Hugging Face loading), conversions, evaluation and benchmarks. Imported
+by the child after it is confined, never by the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from inference.conversion.benchmark import benchmark, compare_latency
+from inference.conversion.evaluate import evaluate
+from inference.conversion.export import export_onnx
+from inference.conversion.graph import convert_fp16, optimize_graph
+from inference.conversion.quantize import quantize_dynamic_int8, quantize_static_int8
+from inference.conversion.steps import Progress
+from inference.validation.formats import InvalidModel, sniff
+from inference.validation.onnx_model import check_task, inspect_onnx
+
+Args = dict[str, Any]
+
+
+def scaled(progress: Progress, low: float, high: float) -> Progress:
+    return lambda percent, message: progress(low + (high - low) * percent / 100, message)
+
+
+def as_json(value: object) -> dict[str, Any]:
+    """Paths and numpy numbers as plain JSON values (what the parent reads back)."""
+    plain: dict[str, Any] = json.loads(json.dumps(value, default=str))
+    return plain
+
+
+def _path(value: object) -> Path | None:
+    return Path(str(value)) if value else None
+
+
+def check_upload(args: Args, progress: Progress) -> dict[str, Any]:
+    """Sniff an unpacked upload and check it against the declared task; paths come back relative."""
+    folder, task, labels = Path(args["folder"]), str(args.get("task") or ""), list(args.get("labels") or [])
+    progress(10, "checking the format")
+    info = sniff(folder)
+    if task and info.get("task") and task != info["task"]:
+        raise InvalidModel(f"the upload was declared {task} but its config describes {info['task']}")
+    if not (task or info.get("task")):
+        raise InvalidModel(f"say which task this {info['format']} model performs")
+    if info["format"] == "onnx":
+        progress(50, "checking the ONNX graph")
+        info["details"] = inspect_onnx(info["path"], allow_external=True)
+        check_task(task, info["details"], labels=labels)
+    info["path"] = str(Path(info["path"]).relative_to(folder))
+    return as_json(info)
+
+
+def export(args: Args, progress: Progress) -> dict[str, Any]:
+    """Export a Hugging Face folder or TorchScript file to out/model.onnx; the report and the graph's signature."""
+    out = Path(args["out"])
+    report = export_onnx(
+        Path(args["src"]),
+        out,
+        args.get("task"),
+        progress=scaled(progress, 0, 90),
+        input_shape=args.get("input_shape"),
+    )
+    details = inspect_onnx(out / "model.onnx") if (out / "model.onnx").is_file() else None
+    return as_json({"report": report, "details": details})
+
+
+def convert(args: Args, progress: Progress) -> dict[str, Any]:
+    """One conversion (quantize, fp16, optimize) to ``dst``, then, if asked, its comparison with the parent."""
+    op, src, dst, options = args["op"], Path(args["model"]), Path(args["dst"]), dict(args["options"])
+    to_half = scaled(progress, 0, 50)
+    if op == "quantize_dynamic":
+        conversion = quantize_dynamic_int8(src, dst, **options, progress=to_half)
+    elif op == "quantize_static":
+        options["tokenizer"] = _path(options.get("tokenizer"))
+        conversion = quantize_static_int8(src, dst, **options, progress=to_half)
+    elif op == "fp16":
+        conversion = convert_fp16(src, dst, **options, progress=to_half)
+    elif op == "optimize":
+        conversion = optimize_graph(src, dst, **options, progress=to_half)
+    else:
+        raise ValueError(f"unknown conversion {op!r}")
+    result: dict[str, Any] = {"conversion": conversion}
+    if args.get("compare"):
+        result |= compare({**args["compare"], "child": str(dst)}, scaled(progress, 50, 100))
+    return as_json(result)
+
+
+def compare(args: Args, progress: Progress) -> dict[str, Any]:
+    """Agreement and latency of ``child`` against ``parent`` (both ONNX)."""
+    parent, child, task = Path(args["parent"]), Path(args["child"]), str(args["task"])
+    agreement = evaluate(
+        parent,
+        child,
+        task,
+        preprocessing=args.get("preprocessing"),
+        tokenizer=_path(args.get("tokenizer")),
+        limit=int(args["limit"]),
+        progress=scaled(progress, 0, 50),
+    )
+    latency = compare_latency(parent, child, task, runs=int(args["runs"]), progress=scaled(progress, 50, 100))
+    return as_json({"agreement": agreement, "latency": latency})
+
+
+def time_model(args: Args, progress: Progress) -> dict[str, Any]:
+    """Benchmark one ONNX model."""
+    report = benchmark(
+        Path(args["model"]),
+        str(args["task"]),
+        runs=int(args["runs"]),
+        rounds=int(args["rounds"]),
+        progress=progress,
+    )
+    return as_json(report)
+
+
+def confinement(args: Args, progress: Progress) -> dict[str, Any]:
+    """What code in the sandbox can see and reach (the operators' and the tests' check of confinement)."""
+    seen: dict[str, Any] = {"uid": os.getuid(), "environ": dict(os.environ), "files": {}, "connect": {}}
+    for path in [
+        *args.get("paths", []),
+        "/proc/self/environ",
+        "/proc/1/environ",
+        f"/proc/{os.getppid()}/environ",
+    ]:
+        try:
+            seen["files"][path] = Path(path).read_bytes()[:65536].decode("utf-8", "replace")
+        except OSError as exc:
+            seen["files"][path] = f"refused: {exc.strerror}"
+    for host, port in args.get("connect", []):
+        try:
+            with socket.create_connection((host, int(port)), timeout=2):
+                seen["connect"][f"{host}:{port}"] = "connected"
+        except OSError as exc:
+            seen["connect"][f"{host}:{port}"] = f"refused: {exc.strerror or exc}"
+    if args.get("sleep_s"):  # holds the child: checks of the wall-clock limit and of cancellation
+        time.sleep(float(args["sleep_s"]))
+    if args.get("allocate_bytes"):
+        seen["allocated"] = len(bytearray(int(args["allocate_bytes"])))
+    return seen
+
+
+TASKS: dict[str, Callable[[Args, Progress], dict[str, Any]]] = {
+    "check_upload": check_upload,
+    "export": export,
+    "convert": convert,
+    "compare": compare,
+    "benchmark": time_model,
+    "confinement": confinement,
+}
