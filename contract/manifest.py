@@ -7,7 +7,8 @@ reads it with ``from_json()`` (``inference.runner.config.load_manifest``), then 
 inside its folder. Both directions validate and raise ``ManifestError`` with a one-line reason.
 
 Fields: ``deployment``, ``task``, ``model_file`` (required), ``model_version`` (default: the deployment),
-``team_id`` (API keys of other teams are refused); image classifiers add ``labels``, ``output``
+``team_id`` (API keys of other teams are refused), ``key_verify_key`` (the console's Ed25519 public key
+that API-key cache entries must be signed with, ``contract.signing``; without it keys are refused); image classifiers add ``labels``, ``output``
 (logits|probabilities), ``preprocessing``; text models add ``tokenizer_file`` and ``max_length``,
 ``pooling`` (mean|cls), ``normalize`` (and ``labels`` for text-classification); generators add
 ``tokenizer_file`` and ``generation`` (see ``contract.generation``). Unknown fields are ignored on read.
@@ -115,6 +116,7 @@ class ModelManifest:
     model_file: str = "model.onnx"
     model_version: str = ""  # empty: the deployment name
     team_id: int | None = None
+    key_verify_key: str | None = None  # contract.signing.public_key_text of the console's signing key
     labels: tuple[str, ...] = ()
     output: str = "logits"
     preprocessing: Preprocessing | None = None
@@ -137,6 +139,8 @@ class ModelManifest:
             raise ManifestError("manifest: 'model_version' must be a string")
         if self.team_id is not None and (not isinstance(self.team_id, int) or isinstance(self.team_id, bool)):
             raise ManifestError("manifest: 'team_id' must be an integer")
+        if self.key_verify_key is not None and not isinstance(self.key_verify_key, str):
+            raise ManifestError("manifest: 'key_verify_key' must be a string")
         object.__setattr__(self, "task", Task(self.task))
         object.__setattr__(self, "model_version", self.model_version or self.deployment)
         object.__setattr__(self, "labels", _strings(self.labels, "labels"))
@@ -168,6 +172,8 @@ class ModelManifest:
                                "task": str(self.task), "model_file": self.model_file}  # fmt: skip
         if self.team_id is not None:
             out["team_id"] = self.team_id
+        if self.key_verify_key is not None:
+            out["key_verify_key"] = self.key_verify_key
         if self.task == Task.IMAGE_CLASSIFICATION:
             assert self.preprocessing is not None
             if (
@@ -196,7 +202,8 @@ class ModelManifest:
         task = _field(data, "task", str)
         common = {"deployment": deployment, "task": task, "model_file": _field(data, "model_file", str),
                   "model_version": _field(data, "model_version", str, deployment),
-                  "team_id": _field(data, "team_id", int, None)}  # fmt: skip
+                  "team_id": _field(data, "team_id", int, None),
+                  "key_verify_key": _field(data, "key_verify_key", str, None)}  # fmt: skip
         if task not in tuple(Task):
             return cls(**common)  # refused by the constructor with the usual message
         if task == Task.IMAGE_CLASSIFICATION:

@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from console import embedded  # noqa: E402  (needs the repo on sys.path first)
+from inference.runner.launch import runner_env  # noqa: E402
 
 READY_TIMEOUT_S = 180
 STOP_TIMEOUT_S = 10
@@ -177,11 +178,10 @@ def prepare(env: dict[str, str]) -> str:
     return lines[-1].strip()
 
 
-def start_children(env: dict[str, str], port: int, token: str, data_dir: Path) -> list[Child]:
-    log_dir = data_dir / "log"
-    log_dir.mkdir(parents=True, exist_ok=True)
+def child_commands(port: int, data_dir: Path) -> dict[str, list[str]]:
+    """Each child's command line: no secret on any of them (they come through the environment)."""
     py = sys.executable
-    commands = {
+    return {
         "console": [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
         # Beat's schedule file goes under var/ instead of littering the repository root.
         "worker": [
@@ -199,26 +199,37 @@ def start_children(env: dict[str, str], port: int, token: str, data_dir: Path) -
             "--schedule",
             str(data_dir / "celerybeat-schedule"),
         ],
+        # The Django-free agent: it needs neither SECRET_KEY nor DATABASE_URL, so it does not get them.
         "node": [
             py,
-            "manage.py",
-            "node",
+            "-m",
+            "inference.agent",
             "--console",
             f"http://127.0.0.1:{port}",
-            "--token",
-            token,
             "--region",
             "hk",
             "--name",
             "local",
             "--data-dir",
             str(data_dir / "node"),
-            "--redis-url",
-            env["REDIS_URL"],
         ],
     }
+
+
+def start_children(env: dict[str, str], port: int, token: str, data_dir: Path) -> list[Child]:
+    log_dir = data_dir / "log"
+    log_dir.mkdir(parents=True, exist_ok=True)
     say(f"starting console, worker and node (logs in {log_dir})")
-    return [Child(name, cmd, env, log_dir) for name, cmd in commands.items()]
+    envs = {"node": node_env(env, token)}
+    return [
+        Child(name, cmd, envs.get(name, env), log_dir) for name, cmd in child_commands(port, data_dir).items()
+    ]
+
+
+def node_env(env: dict[str, str], token: str) -> dict[str, str]:
+    """The node agent's environment: the runner allowlist plus its token and Redis URL. Secrets go in
+    the environment, never on the command line, where `ps` shows them to every local user."""
+    return {**runner_env(base=env), "LANTAU_NODE_TOKEN": token, "LANTAU_REDIS_URL": env["REDIS_URL"]}
 
 
 def check_alive(children: list[Child]) -> None:

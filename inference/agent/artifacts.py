@@ -9,6 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -19,7 +20,21 @@ class ArtifactError(Exception):
     pass
 
 
+def _relative(url: object) -> str:
+    """The URL if it is a path on the console; the client's base URL is prepended and the node token
+    sent with it, so an absolute URL (``http://evil/``, ``//evil/``) would hand the token elsewhere."""
+    if not isinstance(url, str) or not url.startswith("/") or url.startswith("//") or "\\" in url:
+        raise ArtifactError(
+            f"refusing artifact URL {str(url)[:100]!r}: only paths on the console are fetched"
+        )
+    parts = urlsplit(url)
+    if parts.scheme or parts.netloc:
+        raise ArtifactError(f"refusing artifact URL {url[:100]!r}: only paths on the console are fetched")
+    return url
+
+
 def _fetch(client: httpx.Client, url: str, sha256: str, dest: Path) -> None:
+    url = _relative(url)
     digest = hashlib.sha256()
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".part-")
     try:

@@ -15,6 +15,12 @@ import httpx
 from contract.redis_keys import DEFAULT_PREFIX
 from inference.runner import launch
 
+# Request limits the console may set for its runners (desired["limits"]), each a runner ``--max-*`` flag.
+LIMIT_OPTIONS = frozenset({
+    "max_body_bytes", "max_json_depth", "max_prompt_bytes", "max_messages", "max_stop_strings",
+    "max_inputs", "max_image_pixels",
+})  # fmt: skip
+
 
 @dataclass
 class RunnerProcess:
@@ -49,6 +55,18 @@ def _echo(replica_id: int) -> Callable[[str], None]:
     return write
 
 
+def limit_options(desired: dict[str, Any]) -> dict[str, int]:
+    """The known, positive integer limits of a desired replica; anything else is left to the runner's defaults."""
+    limits = desired.get("limits")
+    if not isinstance(limits, dict):
+        return {}
+    return {
+        name: value
+        for name, value in limits.items()
+        if name in LIMIT_OPTIONS and isinstance(value, int) and not isinstance(value, bool) and value > 0
+    }
+
+
 def start(
     desired: dict[str, Any],
     model_dir: Path,
@@ -64,6 +82,7 @@ def start(
         model_dir, host=bind_host, max_batch_size=batching["max_batch_size"],
         max_queue_delay_ms=batching["max_queue_delay_ms"], threads=threads,
         redis_prefix=desired.get("redis_prefix") or DEFAULT_PREFIX,  # the console's: keys it wrote are found
+        **limit_options(desired),
     )  # fmt: skip
     # With Redis: API keys at the runner, rate limits, usage counters and live metrics.
     env = launch.runner_env(token=desired["runner_token"], redis_url=redis_url, replica=str(desired["id"]))

@@ -7,20 +7,27 @@ import logging
 import re
 
 from django.conf import settings
+from redis.exceptions import RedisError
 
 from contract.apikeys import KeyIdentity
 from contract.envelope import error_envelope
 from core.errors import ApplicationError, BadRequest, NotFound, Unavailable
 from inference.gateway import upstream
-from inference.gateway.auth import authenticate, enforce_rate_limit
-from inference.gateway.http import ClientGone, header, read_body, send_error, send_json
-from inference.gateway.routing import Endpoint, Route, RouteTable
+from inference.gateway.auth import authenticate, authorize, enforce_rate_limit
+from inference.gateway.http import ClientGone, check_declared_length, header, read_body, send_error, send_json
+from inference.gateway.limits import InFlight
+from inference.gateway.openapi import OPENAPI_PATH, OPENAPI_V1
+from inference.gateway.routing import NAME_PATTERN, Endpoint, Route, RouteTable
+from inference.runner.protocol import json_depth_exceeds
 
 log = logging.getLogger("lantau.gateway")
-_PREDICT = re.compile(r"^/v1/deployments/([a-z0-9][a-z0-9-]{0,62})/predict$")
+_PREDICT = re.compile(rf"^/v1/deployments/({NAME_PATTERN})/predict$")
+_NAME = re.compile(rf"^{NAME_PATTERN}$")
 _OPENAI = {"/v1/embeddings", "/v1/chat/completions", "/v1/completions"}
+REDIS_RETRY_AFTER_S = "2"
 
 routes = RouteTable()
+inflight = InFlight()
 
 
 class MethodNotAllowed(ApplicationError):
@@ -34,6 +41,10 @@ async def gateway_app(scope, receive, send) -> None:
         return
     except ApplicationError as exc:
         await send_error(send, exc)
+    except RedisError as exc:  # key lookups need Redis: a stall or outage is a 503 to retry, never a 500
+        log.warning("Redis unavailable while serving %s: %s", scope.get("path"), exc)
+        unavailable = Unavailable("API keys cannot be verified right now; retry shortly")
+        await send_json(send, 503, unavailable.as_dict(), {"Retry-After": REDIS_RETRY_AFTER_S})
     except Exception:
         log.exception("gateway error on %s", scope.get("path"))
         await send_json(send, 500, error_envelope("internal_error", "internal error"))
@@ -41,11 +52,16 @@ async def gateway_app(scope, receive, send) -> None:
 
 async def _dispatch(scope, receive, send) -> None:
     path, method = scope["path"], scope["method"]
-    identity = await authenticate(header(scope, b"authorization"))
+    if path == OPENAPI_PATH:  # the contract itself is public, so clients can be generated without a key
+        if method != "GET":
+            raise MethodNotAllowed(f"{method} is not allowed on {path}; use GET", headers={"Allow": "GET"})
+        return await send_json(send, 200, OPENAPI_V1)
+    check_declared_length(scope, limit=settings.MAX_PREDICT_BYTES)  # before any work, even the key check
+    identity = await authenticate(header(scope, b"authorization"), (scope.get("client") or (None,))[0])
     if path == "/v1/models":
         if method != "GET":
             raise MethodNotAllowed(f"{method} is not allowed on {path}; use GET", headers={"Allow": "GET"})
-        names = await routes.names_for_team(identity.team_id)
+        names = [n for n in await routes.names_for_team(identity.team_id) if identity.allows(n)]
         data = [{"id": n, "object": "model", "owned_by": "lantau"} for n in names]
         return await send_json(send, 200, {"object": "list", "data": data})
     match = _PREDICT.match(path)
@@ -55,21 +71,31 @@ async def _dispatch(scope, receive, send) -> None:
         raise MethodNotAllowed(f"{method} is not allowed on {path}; use POST", headers={"Allow": "POST"})
     body = await read_body(scope, receive, limit=settings.MAX_PREDICT_BYTES)
     name = match.group(1) if match else _model_from_body(body)
+    await enforce_rate_limit(identity)  # before the lookup: a flood of names costs no database query
     route = await routes.get(name)
     if route is None or route.team_id != identity.team_id:
         raise NotFound(f"deployment {name!r} not found")  # the same answer for another team's: no leak
-    await enforce_rate_limit(identity)
-    await _forward(scope, send, route, path, body, identity)
+    await authorize(identity, route.name)  # the key's deployment list (403) and monthly quota (429)
+    with inflight.hold(deployment=route.name, team_id=route.team_id):
+        await _forward(scope, send, route, path, body, identity)
 
 
 def _model_from_body(body: bytes) -> str:
+    """The ``model`` field of an OpenAI-style body, checked to be a deployment name before any lookup."""
+    depth = settings.MAX_JSON_DEPTH
+    if json_depth_exceeds(body, depth):
+        raise BadRequest(f"the JSON body nests deeper than {depth} levels")
     try:
         payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise BadRequest("request body is not valid JSON") from None
     model = payload.get("model") if isinstance(payload, dict) else None
     if not isinstance(model, str) or not model:
         raise BadRequest("`model` (the deployment name) is required")
+    if not _NAME.match(model):
+        raise BadRequest(
+            "`model` must be a deployment name: lowercase letters, digits and dashes, at most 63"
+        )
     return model
 
 

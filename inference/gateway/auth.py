@@ -1,20 +1,43 @@
-"""API key check for `/v1/`: Redis cache first (hash only), database on a miss; then the key's rate limit.
+"""API keys at `/v1/`: the signed Redis entry first, the database on a miss; then scopes and limits.
 
-Rate limits share the runners' token bucket (``inference.runner.ratelimit``) so a key's limit holds
-whether it calls through the gateway or a runner directly; they are read from the cache entry's
-``rate_per_s``/``burst`` fields when the console writes them.
+* ``authenticate``: the key's entry (``contract.apikeys``) must carry the console's signature, be for
+  the key's own prefix, match the key's SHA-256 (constant-time) and not have expired; a tombstone is
+  refused at once. With no valid entry (none, unsigned, forged, another install's), the database decides
+  (``accounts.services.api_key_cache_miss``), which also rewrites the entry or notes a short negative
+  one. Every bad key gets the same 401 body; Redis unreachable is 503 (keys cannot be checked safely).
+* ``authorize``: the key's deployment list (403) and its monthly quota (429 ``quota_exceeded`` with
+  ``Retry-After`` up to the next month); ``enforce_rate_limit``: its rate limit, sharing the runners' token bucket
+  (``inference.runner.ratelimit``) so a key's limit holds whether it calls the gateway or a runner.
+  A limited key is refused with 503 while Redis cannot be reached (fail closed: see docs/security.md);
+  a key without limits never needs Redis here.
 """
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
+import time
+from datetime import UTC, datetime
+
 from django.conf import settings
 from redis import asyncio as aioredis
+from redis.exceptions import RedisError
 
-from accounts import keycache
-from accounts.selectors import api_key_entry_db
-from contract.apikeys import KeyIdentity, bearer_token, key_hash, key_is_well_formed, parse_entry
-from core.errors import ApplicationError, Forbidden, Unauthorized
+from accounts import keycache, keyhash
+from accounts.services import api_key_cache_miss
+from contract.apikeys import (
+    INVALID_KEY_MESSAGE,
+    MISSING_KEY_MESSAGE,
+    TOMBSTONE,
+    KeyIdentity,
+    bearer_token,
+    entry_check,
+    entry_open,
+    key_is_well_formed,
+    key_prefix,
+)
+from contract.quotas import month_of, quota_refusal, usage_from_redis
+from core.errors import ApplicationError, Forbidden, Unauthorized, Unavailable
+from inference.gateway.db import db_read
+from inference.runner.errors import Unavailable as RunnerUnavailable
 from inference.runner.ratelimit import RateLimiter
 
 _redis: aioredis.Redis | None = None
@@ -23,6 +46,10 @@ _limiter: tuple[str, RateLimiter] | None = None
 
 class RateLimited(ApplicationError):
     status, type = 429, "rate_limited"
+
+
+class QuotaExceeded(ApplicationError):
+    status, type = 429, "quota_exceeded"
 
 
 def _client() -> aioredis.Redis:
@@ -40,34 +67,76 @@ def _rate_limiter() -> RateLimiter:
     return _limiter[1]
 
 
-async def authenticate(authorization: str | None) -> KeyIdentity:
-    """The identity of the request's API key (cache first, database on a miss); 401/403 otherwise."""
+def _unavailable() -> Unavailable:
+    return Unavailable("API keys cannot be verified right now; retry shortly", headers={"Retry-After": "1"})
+
+
+async def _identity(token: str) -> KeyIdentity | None:
+    prefix = key_prefix(token)
+    try:
+        raw = await _client().get(keycache.names().api_key(prefix))
+    except (RedisError, OSError):
+        raise _unavailable() from None
+    if raw == TOMBSTONE:
+        return None
+    verifier = keyhash.signer().public_key()
+    cached = entry_open(raw, verifier, settings.REDIS_PREFIX, prefix) if raw is not None else None
+    if cached is None:  # missing, unsigned, forged or stale: the database decides and repairs the entry
+        entry = await db_read(api_key_cache_miss, clear_key=token)
+        cached = entry_open(entry, verifier, settings.REDIS_PREFIX, prefix) if entry is not None else None
+    return entry_check(cached, token, time.time()) if cached is not None else None
+
+
+async def authenticate(authorization: str | None, address: str | None = None) -> KeyIdentity:
+    """The identity of the request's API key, with the `inference` scope; 401/403/503 otherwise."""
     token = bearer_token(authorization)
     if token is None:
-        raise Unauthorized("missing API key: send `Authorization: Bearer <key>`")
-    if not key_is_well_formed(token):
-        raise Unauthorized("invalid API key")
-    digest = key_hash(token)
-    raw = await _client().get(keycache.names().api_key(digest))
-    identity = parse_entry(raw) if raw is not None else None
-    if identity is None:  # not cached, or a malformed entry: the database decides and rewrites it
-        raw = await sync_to_async(api_key_entry_db)(digest)
-        identity = parse_entry(raw) if raw is not None else None
+        raise Unauthorized(MISSING_KEY_MESSAGE)
+    identity = await _identity(token) if key_is_well_formed(token) else None
     if identity is None:
-        raise Unauthorized("invalid or revoked API key")
+        raise Unauthorized(INVALID_KEY_MESSAGE)  # one body for malformed, unknown, wrong, revoked, expired
     if "inference" not in identity.scopes:
         raise Forbidden("this API key has no `inference` scope")
+    try:  # last use, rolled up into the database by accounts.usage; bookkeeping never refuses a request
+        fields = ["at", f"{time.time():.3f}", "addr", address or ""]
+        await _client().hset(keycache.names().last_use(identity.key_id), items=fields)
+    except (RedisError, OSError):
+        pass
     return identity
+
+
+async def enforce_quota(identity: KeyIdentity) -> None:
+    if not identity.quota.limited:
+        return
+    now = datetime.now(UTC)
+    try:
+        row = await _client().hgetall(keycache.names().usage_month(identity.key_id, month_of(now)))
+    except (RedisError, OSError):
+        raise _unavailable() from None
+    refusal = quota_refusal(identity.quota, usage_from_redis(row), now)
+    if refusal is not None:
+        raise QuotaExceeded(refusal.message, headers={"Retry-After": str(refusal.retry_after_s)})
 
 
 async def enforce_rate_limit(identity: KeyIdentity) -> None:
     """Raise RateLimited (429 with Retry-After) when the key is over its limit; no-op without one."""
     if identity.rate_per_s is None or identity.burst is None:
         return
-    wait = await _rate_limiter().acquire(identity.key_id, identity.rate_per_s, identity.burst)
+    try:
+        wait = await _rate_limiter().acquire(identity.key_id, identity.rate_per_s, identity.burst)
+    except RunnerUnavailable as exc:
+        raise Unavailable(exc.message, headers=exc.headers) from None
     if wait > 0:
         seconds = max(1, int(-(-wait // 1)))
         raise RateLimited(
             f"this API key is over its rate limit; retry in {seconds} s",
             headers={"Retry-After": str(seconds)},
         )
+
+
+async def authorize(identity: KeyIdentity, deployment: str) -> None:
+    """May this key call `deployment`: its deployment list (403) and monthly quota (429); the rate limit
+    is applied earlier, before the route lookup."""
+    if not identity.allows(deployment):
+        raise Forbidden(f"this API key may not call deployment {deployment!r}")
+    await enforce_quota(identity)

@@ -1,22 +1,26 @@
 """Which replica serves a request: ready replicas on online nodes, fewest requests in flight first.
 
 The table is read from the database at most once a second per deployment, so a request costs a dict
-lookup; a replica that just failed a connection is avoided for a few seconds.
+lookup; a replica that just failed a connection is avoided for a few seconds. Only deployments that
+exist are cached, at most ``MAX_ROUTES`` of them (least recently used go first), and callers check a
+name against ``NAME_PATTERN`` before asking: made-up names cost neither memory nor, past the
+rate limit, much of the database (M1 of the security review).
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
-from asgiref.sync import sync_to_async
-
+from inference.gateway.db import db_read
 from inference.models import Deployment, DesiredState, NodeStatus, ReplicaState
 from inference.services.nodes import runner_token
 
 TTL_S = 1.0
 SUSPECT_S = 5.0
+MAX_ROUTES = 1024
+NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,62}"  # a deployment name, as the console accepts it
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ def _load_for_team(team_id: int) -> list[str]:
 
 class RouteTable:
     def __init__(self) -> None:
-        self._routes: dict[str, tuple[float, Route | None]] = {}
+        self._routes: OrderedDict[str, tuple[float, Route]] = OrderedDict()
         self.inflight: dict[int, int] = defaultdict(int)
         self._suspect: dict[int, float] = {}
 
@@ -71,13 +75,23 @@ class RouteTable:
         now = time.monotonic()
         hit = self._routes.get(name)
         if hit is not None and now - hit[0] < TTL_S:
+            self._routes.move_to_end(name)
             return hit[1]
-        route = await sync_to_async(_load)(name)
+        route = await db_read(_load, name)
+        if route is None:  # misses are not kept: a made-up name must not grow the table
+            self._routes.pop(name, None)
+            return None
         self._routes[name] = (now, route)
+        self._routes.move_to_end(name)
+        while len(self._routes) > MAX_ROUTES:
+            self._routes.popitem(last=False)
         return route
 
+    def __len__(self) -> int:
+        return len(self._routes)
+
     async def names_for_team(self, team_id: int) -> list[str]:
-        return await sync_to_async(_load_for_team)(team_id)
+        return await db_read(_load_for_team, team_id)
 
     def pick(self, route: Route, exclude: set[int]) -> Endpoint | None:
         now = time.monotonic()

@@ -47,7 +47,7 @@ def load_model(state: State) -> Batcher:
     if manifest.task == TEXT_GENERATION:
         return load_text_generation(state)  # type: ignore[return-value]  # a scheduler with the batcher lifecycle
     engine = Engine(manifest.model_path, config.threads, config.spinning)
-    pipeline = build_pipeline(manifest, engine)
+    pipeline = build_pipeline(manifest, engine, config.limits.image_pixels)
     max_batch = min(config.max_batch_size, pipeline.fixed_batch or config.max_batch_size)
     pipeline.warmup(max_batch)
     state.pipeline = pipeline

@@ -14,7 +14,15 @@ from contract.redis_keys import DEFAULT_PREFIX, PREFIX_ENV, RedisKeys
 
 from .errors import ConfigError
 
-__all__ = ["MANIFEST_NAME", "Manifest", "Preprocessing", "RunnerConfig", "load_manifest", "parse_args"]
+__all__ = [
+    "MANIFEST_NAME",
+    "Manifest",
+    "Preprocessing",
+    "RequestLimits",
+    "RunnerConfig",
+    "load_manifest",
+    "parse_args",
+]
 
 TOKEN_ENV = "LANTAU_RUNNER_TOKEN"
 REDIS_ENV = "LANTAU_REDIS_URL"
@@ -40,6 +48,32 @@ class Manifest:
     normalize: bool = True
     generation: GenerationSpec | None = None  # for text-generation
     team_id: int | None = None  # the owning team: API keys of other teams are refused
+    key_verify_key: str | None = None  # the console's public key for API-key entries (contract.signing)
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request may hold beyond its byte size; each is a ``--max-*`` flag, refused with 4xx."""
+
+    json_depth: int = 32  # nesting of arrays and objects: 400 above
+    prompt_bytes: int = 1024 * 1024  # a completion's prompt or a chat's messages, UTF-8: 413 above
+    messages: int = 256  # chat messages: 422 above
+    stop_strings: int = 4  # 'stop' strings: 422 above
+    inputs: int = 256  # texts in one predict or embeddings request: 422 above
+    image_pixels: int = 40_000_000  # width x height read from the header, before decoding: 422 above
+
+
+LIMIT_FLAGS = {  # flag -> (RequestLimits field, help)
+    "--max-json-depth": ("json_depth", "deepest JSON nesting accepted (400 above)"),
+    "--max-prompt-bytes": ("prompt_bytes", "largest prompt or chat messages, UTF-8 bytes (413 above)"),
+    "--max-messages": ("messages", "most chat messages in one request (422 above)"),
+    "--max-stop-strings": ("stop_strings", "most 'stop' strings in one request (422 above)"),
+    "--max-inputs": ("inputs", "most texts in one predict or embeddings request (422 above)"),
+    "--max-image-pixels": (
+        "image_pixels",
+        "largest image, width x height, checked before decoding (422 above)",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -59,6 +93,7 @@ class RunnerConfig:
     preprocess_threads: int = 0  # 0 = sized from the cores
     spinning: bool = False  # let onnxruntime's threads busy-wait (lower latency on dedicated cores)
     redis_prefix: str = DEFAULT_PREFIX  # the install's namespace in Redis (contract.redis_keys)
+    limits: RequestLimits = RequestLimits()
 
     @property
     def redis_keys(self) -> RedisKeys:
@@ -127,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--spinning", action="store_true", help="let onnxruntime threads busy-wait (dedicated cores only)"
     )
+    defaults = RequestLimits()
+    for flag, (name, text) in LIMIT_FLAGS.items():
+        parser.add_argument(
+            flag, dest=name, default=getattr(defaults, name), type=_positive(int, 1), help=text
+        )
     return parser
 
 
@@ -155,6 +195,7 @@ def parse_args(argv: list[str] | None = None) -> RunnerConfig:
         preprocess_threads=args.preprocess_threads,
         spinning=args.spinning,
         redis_prefix=args.redis_prefix,
+        limits=RequestLimits(**{name: getattr(args, name) for name, _ in LIMIT_FLAGS.values()}),
     )
 
 
@@ -195,4 +236,5 @@ def load_manifest(model_dir: Path) -> Manifest:
         normalize=wire.normalize,
         generation=wire.generation,
         team_id=wire.team_id,
+        key_verify_key=wire.key_verify_key,
     )

@@ -9,6 +9,7 @@ Callers that block until the runner is up use ``wait_listening`` and ``wait_read
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,8 +24,16 @@ import httpx
 
 from contract.listening import parse_listening
 
-# What a runner reads from its environment; never inherited by accident from the launching process.
-RUNNER_ENV = ("LANTAU_RUNNER_TOKEN", "LANTAU_REDIS_URL", "LANTAU_REDIS_PREFIX", "LANTAU_REPLICA_ID")
+# The only variables a runner inherits (M3 of the security review): what Python, onnxruntime, CUDA and
+# the locale need. Anything else of the launcher's (SECRET_KEY, DATABASE_URL, REDIS_URL, the node token)
+# stays behind, so a bug in a decoder or a model's graph cannot read it from the runner's memory.
+INHERITED_ENV = frozenset({
+    "PATH", "HOME", "USER", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH", "PYTHONHASHSEED",
+    "VIRTUAL_ENV", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME",
+    "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS", "ORT_LOGGING_LEVEL",
+})  # fmt: skip
+INHERITED_PREFIXES = ("LC_",)
 TAIL_LINES = 40
 
 
@@ -48,6 +57,10 @@ def runner_command(
     return [*command, *args]
 
 
+def inherited(name: str) -> bool:
+    return name in INHERITED_ENV or name.startswith(INHERITED_PREFIXES)
+
+
 def runner_env(
     *,
     token: str | None = None,
@@ -55,8 +68,9 @@ def runner_env(
     replica: str | None = None,
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The launching process's environment without runner settings, plus the ones given."""
-    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in RUNNER_ENV}
+    """The allowlisted part of the launching process's environment (``INHERITED_ENV``), plus the runner
+    settings given; secrets travel here, never on the command line, where ``ps`` shows them."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if inherited(k)}
     given = {"LANTAU_RUNNER_TOKEN": token, "LANTAU_REDIS_URL": redis_url, "LANTAU_REPLICA_ID": replica}
     env.update({k: v for k, v in given.items() if v})
     env["PYTHONUNBUFFERED"] = "1"
@@ -77,6 +91,7 @@ class RunnerProcess:
         self._group = group
         self._sink = sink
         self._listening = threading.Event()
+        self._eof = False
         self._reader = threading.Thread(target=self._follow, name=f"runner-{process.pid}-output", daemon=True)
         self._reader.start()
 
@@ -91,6 +106,7 @@ class RunnerProcess:
             self.tail.append(line)
             if self._sink is not None:
                 self._sink(line)
+        self._eof = True
         self._listening.set()  # end of output: whoever waits learns the process is gone
 
     @property
@@ -109,6 +125,9 @@ class RunnerProcess:
         self._listening.wait(timeout)
         if self.port is not None:
             return self.port
+        if self._eof:  # its output ended: it is exiting, though perhaps not reaped yet
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(5)
         if self.process.poll() is None:
             self.stop()
             problem = f"printed no listening line within {timeout:.0f} s"

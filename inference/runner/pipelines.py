@@ -14,7 +14,7 @@ from .config import FEATURE_EXTRACTION, TEXT_CLASSIFICATION, Manifest
 from .engine import Engine
 from .errors import ConfigError
 from .postprocess import cls_pool, l2_normalize, mean_pool, softmax
-from .preprocess import Encoded, ImagePreprocessor, TextTokenizer
+from .preprocess import MAX_PIXELS, Encoded, ImagePreprocessor, TextTokenizer
 
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -27,7 +27,7 @@ def _fixed_batch(engine: Engine) -> int | None:
 class ImageClassification:
     task = "image-classification"
 
-    def __init__(self, manifest: Manifest, engine: Engine) -> None:
+    def __init__(self, manifest: Manifest, engine: Engine, max_pixels: int = MAX_PIXELS) -> None:
         assert manifest.preprocessing is not None
         if len(engine.inputs) != 1 or engine.inputs[0].dtype.kind != "f":
             raise ConfigError("image model must have exactly one float input")
@@ -42,7 +42,7 @@ class ImageClassification:
                 raise ConfigError(f"model input dim {axis} is {dim} but the manifest implies {want} (NCHW)")
         self.engine = engine
         self.input_name = spec.name
-        self.prepare = ImagePreprocessor(manifest.preprocessing, spec.dtype)
+        self.prepare = ImagePreprocessor(manifest.preprocessing, spec.dtype, max_pixels)
         self.apply_softmax = manifest.output == "logits"
         self.fixed_batch = _fixed_batch(engine)
         self.labels: tuple[str, ...] = manifest.labels
@@ -143,9 +143,9 @@ class TextClassification(FeatureExtraction):
 Pipeline = ImageClassification | FeatureExtraction | TextClassification
 
 
-def build_pipeline(manifest: Manifest, engine: Engine) -> Any:
+def build_pipeline(manifest: Manifest, engine: Engine, max_image_pixels: int = MAX_PIXELS) -> Any:
     if manifest.task == FEATURE_EXTRACTION:
         return FeatureExtraction(manifest, engine)
     if manifest.task == TEXT_CLASSIFICATION:
         return TextClassification(manifest, engine)
-    return ImageClassification(manifest, engine)
+    return ImageClassification(manifest, engine, max_image_pixels)

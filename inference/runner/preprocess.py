@@ -23,15 +23,21 @@ ALLOWED_FORMATS = ("JPEG", "PNG", "WEBP")
 # it only warns, and our own header check below refuses it, so the warning is noise.
 Image.MAX_IMAGE_PIXELS = MAX_PIXELS
 warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
-TOO_LARGE = (
-    f"the image is too large; the limit is {MAX_PIXELS // 1_000_000} megapixels and {MAX_SIDE} px per side"
-)
+
+
+def too_large(max_pixels: int) -> str:
+    return f"the image is too large; the limit is {max_pixels:,} pixels and {MAX_SIDE} px per side"
 
 
 class ImagePreprocessor:
     """Decode, resize the shorter side, centre-crop and normalise to float32 CHW."""
 
-    def __init__(self, prep: Preprocessing, dtype: npt.DTypeLike = np.float32) -> None:
+    def __init__(
+        self, prep: Preprocessing, dtype: npt.DTypeLike = np.float32, max_pixels: int = MAX_PIXELS
+    ) -> None:
+        self.max_pixels = max_pixels
+        if Image.MAX_IMAGE_PIXELS is not None and max_pixels > Image.MAX_IMAGE_PIXELS:  # above the default
+            Image.MAX_IMAGE_PIXELS = max_pixels
         self.height, self.width = prep.input_size
         self.resize_shorter = prep.resize_shorter
         std = np.asarray(prep.std, dtype=np.float32)
@@ -50,12 +56,12 @@ class ImagePreprocessor:
         try:
             image: Image.Image = Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS)
         except Image.DecompressionBombError:
-            raise InvalidInput(TOO_LARGE) from None
+            raise InvalidInput(too_large(self.max_pixels)) from None
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
             raise InvalidInput("the body is not a decodable JPEG, PNG or WebP image") from None
         width, height = image.size  # read from the header: nothing decoded yet
-        if width * height > MAX_PIXELS or max(width, height) > MAX_SIDE:
-            raise InvalidInput(f"{TOO_LARGE} (got {width}x{height})")
+        if width * height > self.max_pixels or max(width, height) > MAX_SIDE:
+            raise InvalidInput(f"{too_large(self.max_pixels)} (got {width}x{height})")
         if width < 1 or height < 1:
             raise InvalidInput("the image has no pixels")
         if image.format == "JPEG":

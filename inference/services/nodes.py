@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from accounts.keyhash import verify_key_text
 from accounts.services import audit_record
 from contract.generation import GenerationSpec
 from contract.manifest import ManifestError, ModelManifest, Preprocessing, Task
@@ -21,7 +24,11 @@ from inference import queue
 from inference.live import publish_deployment_status
 from inference.models import Deployment, ModelVersion, Node, NodeStatus, Region, Replica, ReplicaState
 
+log = logging.getLogger("lantau.nodes")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+# The inventory key holding the host a node's runners are reached at, pinned at its first heartbeat.
+ADVERTISE_HOST = "advertise_host"
+DEFAULT_ADVERTISE_HOST = "127.0.0.1"
 
 
 def token_hash(token: str) -> str:
@@ -50,9 +57,10 @@ def node_token_create(*, name: str, region: str, actor=None, max_replicas: int =
                 "max_replicas": max_replicas,
             },
         )
-        if not created:
+        if not created:  # a new token may come with a new address: unpin it (see replica_url_allowed)
             node.region, node.token_prefix, node.token_hash = region, token[:12], token_hash(token)
-            node.save(update_fields=["region", "token_prefix", "token_hash"])
+            node.inventory = {k: v for k, v in node.inventory.items() if k != ADVERTISE_HOST}
+            node.save(update_fields=["region", "token_prefix", "token_hash", "inventory"])
         audit_record(team=None, actor=actor, action="node.token", target=name, data={"region": region})
     return node, token
 
@@ -72,6 +80,7 @@ def manifest_for(replica: Replica) -> ModelManifest:
     has_labels_file = any(a.role == "labels" for a in version.artifacts.all())
     fields: dict = {"deployment": deployment.name, "model_version": str(version), "task": task,
                     "team_id": deployment.team_id, "model_file": "model.onnx",
+                    "key_verify_key": verify_key_text(),  # runners check API-key entries with it
                     "labels": () if has_labels_file else tuple(version.labels or ())}  # fmt: skip
     runtime = version.runtime_config or {}
     if task == Task.IMAGE_CLASSIFICATION:
@@ -127,9 +136,57 @@ def desired_for(node: Node) -> list[dict]:
                 },
                 "runner_token": runner_token(r.pk),
                 "redis_prefix": settings.REDIS_PREFIX,
+                "limits": runner_limits(),
             }
         )
     return out
+
+
+def runner_limits() -> dict[str, int]:
+    """The request limits runners enforce, from the console's settings (runner ``--max-*`` flags)."""
+    return {
+        "max_body_bytes": settings.MAX_PREDICT_BYTES,
+        "max_json_depth": settings.MAX_JSON_DEPTH,
+        "max_prompt_bytes": settings.MAX_PROMPT_BYTES,
+        "max_messages": settings.MAX_MESSAGES,
+        "max_stop_strings": settings.MAX_STOP_STRINGS,
+        "max_inputs": settings.MAX_INPUTS,
+        "max_image_pixels": settings.MAX_IMAGE_PIXELS,
+    }
+
+
+def replica_url_allowed(node: Node, url: str) -> bool:
+    """Only ``http://<the node's advertised host>:<port>``: the gateway POSTs users' bodies to this URL,
+    so a node may not point it at another machine (L1 of the security review)."""
+    # An agent that reports no host is taken at its default (--advertise-host 127.0.0.1).
+    host = node.inventory.get(ADVERTISE_HOST) or DEFAULT_ADVERTISE_HOST
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return False
+    return (
+        isinstance(host, str)
+        and parts.scheme == "http"
+        and parts.hostname == host.lower()
+        and port is not None
+        and parts.netloc == f"{parts.hostname}:{port}"
+        and parts.path in ("", "/")
+        and not (parts.query or parts.fragment)
+    )
+
+
+def _pinned_inventory(node: Node, inventory: dict) -> dict:
+    """The reported inventory, with the advertised host of the node's first heartbeat kept: a node that
+    later claims another address is not believed until its token is re-created."""
+    pinned = node.inventory.get(ADVERTISE_HOST)
+    reported = inventory.get(ADVERTISE_HOST)
+    if isinstance(pinned, str) and reported != pinned:
+        log.warning("node %s reported advertise host %r; keeping %r", node.name, reported, pinned)
+        return {**inventory, ADVERTISE_HOST: pinned}
+    if not isinstance(reported, str):
+        return {k: v for k, v in inventory.items() if k != ADVERTISE_HOST}
+    return {**inventory, ADVERTISE_HOST: reported.lower()}
 
 
 def node_heartbeat(*, node: Node, region: str, inventory: dict, replicas: list[dict]) -> list[dict]:
@@ -138,7 +195,7 @@ def node_heartbeat(*, node: Node, region: str, inventory: dict, replicas: list[d
         raise Conflict(f"this node token belongs to region {node.region!r}, not {region!r}")
     was_offline = node.status == NodeStatus.OFFLINE
     with transaction.atomic():
-        node.inventory = inventory
+        node.inventory = _pinned_inventory(node, inventory)
         node.last_heartbeat_at = timezone.now()
         if node.status == NodeStatus.OFFLINE:
             node.status = NodeStatus.ONLINE
@@ -154,11 +211,12 @@ def _apply_report(node: Node, report: dict) -> None:
     state, replica_id = report.get("state"), report.get("id")
     if state not in REPORTABLE or replica_id is None:  # no replica has a null pk: nothing would match
         return
-    fields = {
-        "state": state,
-        "url": str(report.get("url") or "")[:200],
-        "error": str(report.get("error") or "")[:2000],
-    }
+    url = str(report.get("url") or "")[:200]
+    if url and not replica_url_allowed(node, url):
+        log.warning("node %s reported replica %s at %r, not on its advertised host: ignored", node.name,
+                    replica_id, url)  # fmt: skip
+        url = ""  # the gateway only routes to replicas with a URL: this one gets no traffic
+    fields = {"state": state, "url": url, "error": str(report.get("error") or "")[:2000]}
     changed = Replica.objects.filter(node=node, pk=replica_id).exclude(**fields).update(**fields)
     if not changed:
         return

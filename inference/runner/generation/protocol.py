@@ -12,11 +12,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidInput
+from ..config import RequestLimits
+from ..errors import InvalidInput, PayloadTooLarge
 from .chat_template import ROLES, Messages
 from .sampling import SamplingParams
 
-MAX_STOPS = 4
+DEFAULT_LIMITS = RequestLimits()
+MAX_STOPS = DEFAULT_LIMITS.stop_strings
 
 
 @dataclass(frozen=True)
@@ -50,15 +52,21 @@ def _integer(data: dict[str, Any], key: str, minimum: int) -> int | None:
     return value
 
 
-def _stops(value: Any) -> tuple[str, ...]:
+def _stops(value: Any, limit: int) -> tuple[str, ...]:
     stops = [value] if isinstance(value, str) else value
     if stops is None:
         return ()
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
         raise InvalidInput("'stop' must be a non-empty string or a list of non-empty strings")
-    if len(stops) > MAX_STOPS:
-        raise InvalidInput(f"'stop' holds {len(stops)} strings; the limit is {MAX_STOPS}")
+    if len(stops) > limit:
+        raise InvalidInput(f"'stop' holds {len(stops)} strings; the limit is {limit}")
     return tuple(stops)
+
+
+def _check_prompt_bytes(texts: list[str], limit: int, what: str) -> None:
+    size = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+    if size > limit:
+        raise PayloadTooLarge(f"{what} is {size} bytes (UTF-8); the limit is {limit}")
 
 
 def _refuse_unsupported(data: dict[str, Any]) -> None:
@@ -83,7 +91,9 @@ def _stream_flags(data: dict[str, Any]) -> tuple[bool, bool]:
     return bool(stream), bool(options.get("include_usage", False))
 
 
-def parse_common(data: dict[str, Any], max_tokens_keys: tuple[str, ...]) -> dict[str, Any]:
+def parse_common(
+    data: dict[str, Any], max_tokens_keys: tuple[str, ...], limits: RequestLimits = DEFAULT_LIMITS
+) -> dict[str, Any]:
     """Fields shared by both routes: model, sampling parameters, streaming flags."""
     model = data.get("model")
     if not isinstance(model, str) or not model:
@@ -100,7 +110,7 @@ def parse_common(data: dict[str, Any], max_tokens_keys: tuple[str, ...]) -> dict
         temperature=_number(data, "temperature", 1.0, 0.0, 2.0),
         top_p=_number(data, "top_p", 1.0, 0.0, 1.0),
         top_k=_integer(data, "top_k", 0) or 0,
-        stop=_stops(data.get("stop")),
+        stop=_stops(data.get("stop"), limits.stop_strings),
         seed=seed,
     )
     if params.top_p == 0:
@@ -122,9 +132,11 @@ def _content(message: dict[str, Any], index: int) -> str:
     raise InvalidInput(f"messages[{index}].content must be a string or a list of text parts")
 
 
-def parse_messages(value: Any) -> Messages:
+def parse_messages(value: Any, limits: RequestLimits = DEFAULT_LIMITS) -> Messages:
     if not isinstance(value, list) or not value:
         raise InvalidInput("'messages' must be a non-empty list")
+    if len(value) > limits.messages:
+        raise InvalidInput(f"'messages' holds {len(value)} messages; the limit is {limits.messages}")
     messages = []
     for index, message in enumerate(value):
         if not isinstance(message, dict):
@@ -135,25 +147,27 @@ def parse_messages(value: Any) -> Messages:
                 f"messages[{index}].role {role!r} is unknown (expected one of {sorted(ROLES)})"
             )
         messages.append({"role": role, "content": _content(message, index)})
+    _check_prompt_bytes([m["content"] for m in messages], limits.prompt_bytes, "the messages' content")
     if not any(m["content"].strip() for m in messages):
         raise InvalidInput("every message is empty")
     return messages
 
 
-def parse_chat(data: dict[str, Any]) -> GenerationRequest:
-    common = parse_common(data, ("max_completion_tokens", "max_tokens"))
-    return GenerationRequest(**common, messages=parse_messages(data.get("messages")))
+def parse_chat(data: dict[str, Any], limits: RequestLimits = DEFAULT_LIMITS) -> GenerationRequest:
+    common = parse_common(data, ("max_completion_tokens", "max_tokens"), limits)
+    return GenerationRequest(**common, messages=parse_messages(data.get("messages"), limits))
 
 
-def parse_completion(data: dict[str, Any]) -> GenerationRequest:
+def parse_completion(data: dict[str, Any], limits: RequestLimits = DEFAULT_LIMITS) -> GenerationRequest:
     prompt = data.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise InvalidInput("'prompt' must be a string (or a list holding one string)")
+    _check_prompt_bytes([prompt], limits.prompt_bytes, "'prompt'")
     if not prompt.strip():
         raise InvalidInput("'prompt' must not be empty")
-    return GenerationRequest(**parse_common(data, ("max_tokens",)), prompt=prompt)
+    return GenerationRequest(**parse_common(data, ("max_tokens",), limits), prompt=prompt)
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:

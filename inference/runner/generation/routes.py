@@ -43,8 +43,9 @@ class GenerationRoutes:
 
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
         state = request.app[self.state_key]
-        data = await read_json(request, state.config.max_body_bytes)
-        parsed = parse_chat(data) if chat else parse_completion(data)
+        limits = state.config.limits
+        data = await read_json(request, state.config.max_body_bytes, limits.json_depth)
+        parsed = parse_chat(data, limits) if chat else parse_completion(data, limits)
         pipeline, scheduler = self._serving(state, parsed.model)
         loop = asyncio.get_running_loop()
         prompt = await loop.run_in_executor(state.preprocess_pool, pipeline.encode, parsed)

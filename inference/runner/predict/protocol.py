@@ -132,7 +132,7 @@ async def _read_multipart(request: web.Request, limit: int) -> tuple[bytes, Any]
     return image, top_k
 
 
-async def read_image_request(request: web.Request, limit: int) -> tuple[bytes, Any]:
+async def read_image_request(request: web.Request, limit: int, max_depth: int) -> tuple[bytes, Any]:
     """Return (image bytes, top_k as sent or None) from a raw, multipart or JSON body."""
     content_type = request.content_type.lower()
     if content_type in IMAGE_TYPES:
@@ -140,7 +140,7 @@ async def read_image_request(request: web.Request, limit: int) -> tuple[bytes, A
     if content_type == MULTIPART_TYPE:
         return await _read_multipart(request, limit)
     if content_type == JSON_TYPE:
-        data = parse_json(await read_body(request, limit))
+        data = parse_json(await read_body(request, limit), max_depth)
         if "image" not in data:
             raise InvalidInput("JSON body needs an 'image' field (base64)")
         return decode_base64(data["image"]), data.get("top_k")

@@ -20,16 +20,16 @@ async def predict(request: web.Request) -> web.Response:
     """An image (raw, multipart or base64 JSON) to classify, or JSON ``inputs`` to classify or embed."""
     state = request.app[STATE]
     serving.pipeline_for(state, request.match_info["name"])
-    limit = state.config.max_body_bytes
+    limit, depth = state.config.max_body_bytes, state.config.limits.json_depth
     if state.manifest.task == FEATURE_EXTRACTION:
-        data = await read_json(request, limit)
+        data = await read_json(request, limit, depth)
         return web.json_response(await serving.embed_inputs(request, state, parse_inputs(data)))
     if state.manifest.task == TEXT_CLASSIFICATION:
-        data = await read_json(request, limit)
+        data = await read_json(request, limit, depth)
         inputs = parse_inputs(data)
         requested_k = data.get("top_k", request.query.get("top_k"))
         return web.json_response(await serving.classify_texts(request, state, inputs, requested_k))
-    image, requested_k = await read_image_request(request, limit)
+    image, requested_k = await read_image_request(request, limit, depth)
     if requested_k is None:
         requested_k = request.query.get("top_k")
     return web.json_response(await serving.classify_image(request, state, image, requested_k))
@@ -38,7 +38,7 @@ async def predict(request: web.Request) -> web.Response:
 async def embeddings(request: web.Request) -> web.Response:
     """OpenAI-compatible ``POST /v1/embeddings``; ``model`` is the deployment name."""
     state = request.app[STATE]
-    data = await read_json(request, state.config.max_body_bytes)
+    data = await read_json(request, state.config.max_body_bytes, state.config.limits.json_depth)
     model = parse_model(data)
     serving.check_embeddings_model(state, model)
     parsed = parse_embeddings(data, model)

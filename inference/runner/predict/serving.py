@@ -13,7 +13,7 @@ import numpy as np
 from aiohttp import web
 
 from ..batcher import BatchResult
-from ..config import FEATURE_EXTRACTION
+from ..config import FEATURE_EXTRACTION, TEXT_GENERATION
 from ..errors import InvalidInput, NotFound
 from ..pipelines import FeatureExtraction, ImageClassification, TextClassification
 from ..postprocess import top_k
@@ -35,6 +35,8 @@ def pipeline_for(state: State, name: str) -> Any:
     """The pipeline serving deployment ``name``: 404 for another deployment, 503 until warm."""
     if name != state.manifest.deployment:
         raise NotFound(f"this runner does not serve deployment {name!r}")
+    if state.manifest.task == TEXT_GENERATION:  # its pipeline has no labels or encoder to predict with
+        raise NotFound(f"{name!r} is a text-generation model: use /v1/chat/completions or /v1/completions")
     pipeline, _ = state.serving()
     return pipeline
 
@@ -87,7 +89,7 @@ async def embed(
 ) -> tuple[list[np.ndarray], int]:
     """Tokenize ``value`` (a text or a list), run it through the batcher; return (rows, token count)."""
     pipeline, batcher = state.serving()
-    texts = parse_texts(value, field_name, batcher.max_queue)
+    texts = parse_texts(value, field_name, min(batcher.max_queue, state.config.limits.inputs))
     encoded = await state.preprocess(pipeline.prepare, texts, len(texts))
     results = await state.infer(request, encoded)
     tokens = sum(len(e) for e in encoded)
