@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from django.db import DataError, InterfaceError, OperationalError
 from django.http import Http404
+from django.http.multipartparser import MultiPartParserError
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
 from accounts.api import router as accounts_router
+from accounts.api_audit import router as audit_router
 from accounts.api_team import router as team_router
+from accounts.api_team import teams_router
 from accounts.auth import team_auth
 from contract.envelope import error_envelope
 from core.errors import ApplicationError
@@ -51,6 +55,35 @@ def on_validation_error(request, exc: NinjaValidationError):
     return _error(request, 422, "validation_error", message)
 
 
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def on_database_lost(request, exc):
+    # PostgreSQL restarting or unreachable: a clean "retry shortly" rather than a 500.
+    return _error(
+        request, 503, "unavailable", "the database is unavailable; retry shortly", {"Retry-After": "5"}
+    )
+
+
+@api.exception_handler(DataError)
+def on_unstorable_value(request, exc):
+    # PostgreSQL refusing a value the schemas let through (a NUL character, a number out of range):
+    # the client's input, so a 422 rather than a 500.
+    return _error(
+        request,
+        422,
+        "validation_error",
+        "a value cannot be stored: out of range, or holding a NUL (\\u0000) character",
+    )
+
+
+@api.exception_handler(MultiPartParserError)
+def on_bad_multipart(request, exc):
+    # Raised while ninja reads the form, before any view runs (a missing or broken boundary).
+    return _error(
+        request, 400, "bad_request", "malformed multipart body: send a multipart/form-data boundary"
+    )
+
+
 @api.exception_handler(Http404)
 def on_not_found(request, exc):
     return _error(request, 404, "not_found", "not found")
@@ -71,6 +104,8 @@ def on_unexpected(request, exc):
 
 api.add_router("/keys", accounts_router)
 api.add_router("/team", team_router)
+api.add_router("/teams", teams_router)
+api.add_router("/audit", audit_router)
 api.add_router("/models", models_router)
 api.add_router("/deployments", deployments_router)
 api.add_router("/nodes", nodes_router)

@@ -6,6 +6,7 @@ Services never import this module: they enqueue by these names through `inferenc
 from __future__ import annotations
 
 from celery import shared_task
+from django.db import InterfaceError, OperationalError
 
 from inference import queue
 from inference.jobs.runner import job_execute
@@ -36,7 +37,16 @@ def nodes_sweep_task() -> int:
     return nodes_sweep()
 
 
-@shared_task(name=queue.JOB_RUN)
+# A job whose task meets PostgreSQL down (restarting) would stay queued for ever: nothing else
+# enqueues it again. Retrying is safe because the claim is a conditional UPDATE (queued to running).
+@shared_task(
+    name=queue.JOB_RUN,
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=1,
+    retry_backoff_max=30,
+    retry_jitter=False,
+    max_retries=20,
+)
 def job_run_task(job_id: int) -> str:
     """Run one conversion, quantization, evaluation or benchmark job to a terminal state."""
     return job_execute(job_id)

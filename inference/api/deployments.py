@@ -34,6 +34,8 @@ def deployment_show(request, name: str):
 
 @router.patch("/{name}", response=DeploymentOut)
 def deployment_change(request, name: str, payload: DeploymentPatch):
+    """Scale (`replicas`), pause or resume (`state`), or roll over to another version of the same model
+    (`model_version_id`); a version of another model is refused with 422."""
     deployment = selectors.deployment_get(team=request.auth.team, name=name)
     deployment_update(
         team=request.auth.team,

@@ -9,7 +9,8 @@ from django.db import transaction
 from django.db.models import Count
 
 from accounts.models import Team
-from accounts.services import audit_record, require_writer
+from accounts.permissions import permission_require
+from accounts.services import audit_record
 from core.errors import Conflict, NotFound, ValidationFailed
 from inference import queue, scheduler
 from inference.models import (
@@ -79,18 +80,40 @@ def _servable_version(*, team: Team, model_version_id: int) -> ModelVersion:
     return version
 
 
+def _check_same_model(deployment: Deployment, version: ModelVersion) -> None:
+    """A deployment moves only between versions of its own model: clients keep calling it by name with
+    the same task and inputs, so swapping in another model (a chat model for an image classifier) would
+    break every caller while the deployment still reported ready."""
+    current = deployment.model_version
+    if version.model_id != current.model_id:
+        raise ValidationFailed(
+            f"{deployment.name!r} serves model {current.model.name!r}: it can only move to another "
+            f"version of that model, not to {version}; create a new deployment for it"
+        )
+
+
+def _audit_state(deployment: Deployment) -> dict:
+    return {
+        "replicas": deployment.replicas,
+        "state": deployment.desired_state,
+        "version": str(deployment.model_version),
+    }
+
+
 def _enqueue_reconcile(deployment_id: int) -> None:
     queue.deployment_reconcile_later(deployment_id)
 
 
 def deployment_create(*, team: Team, actor, spec: DeploymentSpec) -> Deployment:
     """Create a deployment of one of the team's versions; placement happens in the worker after commit."""
-    require_writer(team=team, user=actor)
+    permission_require(team=team, user=actor, action="deployment.create")
     spec.validate()
     version = _servable_version(team=team, model_version_id=spec.model_version_id)
     with transaction.atomic():
         if Deployment.objects.select_for_update().filter(name=spec.name).exists():
-            raise Conflict(f"a deployment named {spec.name!r} already exists")
+            # Names are global (clients call `/v1/` by name), so a taken name cannot be hidden; the
+            # message is the same whichever team holds it and says nothing about that team.
+            raise Conflict(f"the deployment name {spec.name!r} is not available; choose another")
         deployment = Deployment.objects.create(
             team=team,
             name=spec.name,
@@ -127,7 +150,7 @@ def deployment_update(
     The changed spec goes through the same `DeploymentSpec.validate` as a new one, so both refuse
     the same values with the same message.
     """
-    require_writer(team=team, user=actor)
+    permission_require(team=team, user=actor, action="deployment.update")
     current = DeploymentSpec.of(deployment)
     replace(
         current,
@@ -137,10 +160,12 @@ def deployment_update(
     version = None
     if model_version_id is not None:
         version = _servable_version(team=team, model_version_id=model_version_id)
+        _check_same_model(deployment, version)
     if desired_state is not None and desired_state not in DesiredState.values:
         raise ValidationFailed(f"state must be one of {', '.join(DesiredState.values)}")
     with transaction.atomic():
         deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        before = _audit_state(deployment)
         if replicas is not None:
             deployment.replicas = replicas
         if desired_state is not None:
@@ -153,18 +178,15 @@ def deployment_update(
             actor=actor,
             action="deployment.update",
             target=deployment.name,
-            data={
-                "replicas": deployment.replicas,
-                "state": deployment.desired_state,
-                "version": str(deployment.model_version),
-            },
+            before=before,
+            after=_audit_state(deployment),
         )
         _enqueue_reconcile(deployment.pk)
     return deployment
 
 
 def deployment_delete(*, team: Team, actor, deployment: Deployment) -> None:
-    require_writer(team=team, user=actor)
+    permission_require(team=team, user=actor, action="deployment.delete")
     with transaction.atomic():
         name = deployment.name
         deployment.delete()  # replicas go with it; agents stop runners they no longer see

@@ -100,36 +100,29 @@ class Stack:
         )
 
     def start_node(self, name: str = "local", region: str = "hk") -> None:
-        token = self.manage("create_node_token", "--name", name, "--region", region).strip().splitlines()[-1]
+        # Room for every deployment the end-to-end tests leave on the shared stack (tiny models, idle runners).
+        token = (
+            self.manage("create_node_token", "--name", name, "--region", region, "--max-replicas", "32")
+            .strip()
+            .splitlines()[-1]
+        )
+        # Secrets travel in the environment, as in production: nothing secret on the command line.
         self.spawn(
             f"node-{name}",
-            [
-                sys.executable,
-                "manage.py",
-                "node",
-                "--console",
-                self.url,
-                "--token",
-                token,
-                "--region",
-                region,
-                "--name",
-                name,
-                "--interval",
-                "0.5",
-                "--threads",
-                "1",
-                "--redis-url",
-                self.env["REDIS_URL"],
-                "--data-dir",
-                str(self.workdir / f"node-{name}"),
-            ],
-        )
+            [sys.executable, "-m", "inference.agent", "--console", self.url, "--region", region, "--name", name,
+             "--interval", "0.5", "--threads", "1", "--data-dir", str(self.workdir / f"node-{name}")],
+            env={"LANTAU_NODE_TOKEN": token, "LANTAU_REDIS_URL": self.env["REDIS_URL"]},
+        )  # fmt: skip
 
-    def spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
+    def spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")
         proc = subprocess.Popen(
-            cmd, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            cwd=REPO,
+            env={**self.env, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.procs[name] = proc
         return proc
