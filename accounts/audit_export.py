@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 
@@ -57,7 +58,11 @@ def jsonl_lines(events: Iterable[AuditEvent]) -> Iterator[str]:
 
 def export_response(events: QuerySet[AuditEvent], fmt: str, *, team_name: str) -> StreamingHttpResponse:
     """A download of `events` as `fmt` (csv or jsonl)."""
-    rows = events.iterator(chunk_size=500)
+    pending = events.iterator(chunk_size=500)
+    # The query runs here, before the response starts: a database error becomes the API's clean answer
+    # (503/422 through the one error handler) instead of a stream cut after its headers went out.
+    first = list(itertools.islice(pending, 1))
+    rows = itertools.chain(first, pending)
     lines = csv_lines(rows) if fmt == "csv" else jsonl_lines(rows)
     response = StreamingHttpResponse(lines, content_type=FORMATS[fmt])
     safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in team_name)[:60] or "team"

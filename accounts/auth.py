@@ -6,9 +6,13 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from ninja.security import APIKeyCookie, HttpBearer
+from redis.exceptions import RedisError
 
-from accounts.models import ApiKey, Membership, Team
-from accounts.selectors import api_key_authenticate, membership_for
+from accounts import keycache, services
+from accounts.addresses import client_address
+from accounts.current import membership_for_request
+from accounts.models import ApiKeyScope, Membership, Team
+from accounts.permissions import membership_allows
 
 
 @dataclass
@@ -19,12 +23,6 @@ class Principal:
     via: str  # "session" or "api_key"
 
 
-def team_id_hint(request) -> int | None:
-    """The team a caller asks to act for (`X-Lantau-Team` header or `?team=`), if any."""
-    raw = request.headers.get("X-Lantau-Team") or request.GET.get("team")
-    return int(raw) if raw and raw.isdigit() else None
-
-
 class SessionTeamAuth(APIKeyCookie):
     param_name = settings.SESSION_COOKIE_NAME
 
@@ -32,23 +30,30 @@ class SessionTeamAuth(APIKeyCookie):
         user = request.user
         if not user.is_authenticated:
             return None
-        membership = membership_for(user=user, team_id=team_id_hint(request))
+        membership = membership_for_request(request)
         if membership is None:
             return None
         return Principal(user=user, team=membership.team, membership=membership, via="session")
 
 
 class ApiKeyTeamAuth(HttpBearer):
+    """A `manage`-scoped key, checked against PostgreSQL on every call, never against Redis: anyone who can
+    write Redis (every node host) must not be able to act as someone (review finding H1). The key must be
+    found by its prefix, match its peppered hash, be neither revoked nor expired, hold `manage` in the
+    database, and its creator must still be a member whose role may hold keys. Any failure is the same
+    401 (`console.api`)."""
+
     def authenticate(self, request, token):
-        identity = api_key_authenticate(token)
-        if identity is None or "manage" not in identity.scopes:
-            return None
-        api_key = ApiKey.objects.select_related("created_by", "team").filter(pk=identity.key_id).first()
-        if api_key is None or api_key.created_by is None:
+        api_key = services.api_key_check(clear_key=token)
+        if api_key is None or ApiKeyScope.MANAGE not in api_key.scopes or api_key.created_by is None:
             return None
         membership = Membership.objects.filter(team=api_key.team, user=api_key.created_by).first()
-        if membership is None:
+        if not membership_allows(membership, "key.create"):
             return None
+        try:
+            keycache.last_use_record(api_key.pk, client_address(request.META))
+        except RedisError:  # bookkeeping only: never refuse a valid key because Redis is down
+            pass
         return Principal(user=api_key.created_by, team=api_key.team, membership=membership, via="api_key")
 
 

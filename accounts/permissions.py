@@ -50,7 +50,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "key.create": WRITERS,
     "key.update": WRITERS,  # name, deployments, limits, expiry
     "key.revoke": WRITERS,  # one's own keys
-    "key.revoke_others": MANAGERS,
+    "key.manage_others": MANAGERS,  # revoke or change the keys of others
     # nodes: every member sees the list (region, status, load); inventories are for staff only
     "node.read": EVERYONE,
 }

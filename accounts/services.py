@@ -1,60 +1,57 @@
-"""Writes for teams, members and API keys. Each write records an audit event."""
+"""Writes for teams, members and API keys. Each write records an audit event.
+
+Team, member and invitation services live in `accounts.team_services`; this module keeps the audit record,
+the API keys and the bootstrap admin.
+"""
 
 from __future__ import annotations
 
 import re
 import secrets
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from accounts import keycache
+from accounts import keycache, keyhash
+from accounts.addresses import current_address
 from accounts.models import ApiKey, ApiKeyScope, AuditEvent, Membership, Role, Team
-from contract.apikeys import key_generate
-from core.errors import Forbidden, NotFound, ValidationFailed
+from accounts.permissions import permission_require
+from contract.apikeys import key_generate, key_is_well_formed, key_prefix
+from core.errors import NotFound, ValidationFailed
 
 User = get_user_model()
 
 
 def audit_record(
-    *, team: Team | None, actor, action: str, target: str = "", data: dict | None = None
-) -> None:
-    AuditEvent.objects.create(team=team, actor=actor, action=action, target=target, data=data or {})
+    *,
+    team: Team | None,
+    actor,
+    action: str,
+    target: str = "",
+    data: dict | None = None,
+    before: dict | None = None,
+    after: dict | None = None,
+    address: str | None = None,
+) -> AuditEvent:
+    """Record one state change. `address` defaults to the address of the request being served.
 
-
-def require_writer(*, team: Team, user) -> Membership:
-    """Return the user's membership of `team`, refusing viewers and outsiders."""
-    membership = Membership.objects.filter(team=team, user=user).first()
-    if membership is None:
-        raise NotFound("team not found")
-    if not membership.can_write:
-        raise Forbidden("your role in this team is read-only")
-    return membership
-
-
-@transaction.atomic
-def team_create(*, name: str, owner) -> Team:
-    """Create a team with `owner` as its first member."""
-    if Team.objects.filter(name=name).exists():
-        raise ValidationFailed(f"a team named {name!r} already exists")
-    team = Team.objects.create(name=name)
-    Membership.objects.create(team=team, user=owner, role=Role.OWNER)
-    audit_record(team=team, actor=owner, action="team.create", target=name)
-    return team
-
-
-@transaction.atomic
-def member_add(*, team: Team, user, role: str, actor) -> Membership:
-    """Add `user` to `team` with `role`; only owners may do so."""
-    acting = Membership.objects.filter(team=team, user=actor).first()
-    if acting is None or acting.role != Role.OWNER:
-        raise Forbidden("only team owners can add members")
-    if role not in Role.values:
-        raise ValidationFailed(f"unknown role {role!r}")
-    membership, _ = Membership.objects.update_or_create(team=team, user=user, defaults={"role": role})
-    audit_record(team=team, actor=actor, action="member.add", target=user.username, data={"role": role})
-    return membership
+    Callers pass `before`/`after` where the change has them. Never pass a secret (a clear key, a
+    token, a password): the log is readable by team admins and exported as files.
+    """
+    return AuditEvent.objects.create(
+        team=team,
+        actor=actor if actor is not None and getattr(actor, "is_authenticated", False) else None,
+        action=action,
+        target=target[:200],
+        data=data or {},
+        before=before,
+        after=after,
+        address=address or current_address.get(),
+    )
 
 
 def _check_rate(rate_per_s: float | None, burst: int | None) -> None:
@@ -66,6 +63,35 @@ def _check_rate(rate_per_s: float | None, burst: int | None) -> None:
         raise ValidationFailed("burst needs rate_per_s")
 
 
+_DEPLOYMENT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+MAX_QUOTA = 10**15
+LIMIT_FIELDS = ("name", "deployments", "rate_per_s", "burst", "expires_at", "quota_requests", "quota_images",
+                "quota_tokens")  # fmt: skip
+
+
+def _check_limits(limits: dict) -> dict:
+    """Validated key settings (any subset of LIMIT_FIELDS); 422 naming the first bad one."""
+    out = dict(limits)
+    if "name" in out:
+        out["name"] = (out["name"] or "").strip()
+        if not out["name"] or len(out["name"]) > 100:
+            raise ValidationFailed("key name must be 1 to 100 characters")
+    if "deployments" in out:
+        names = sorted(set(out["deployments"] or []))
+        bad = [n for n in names if not isinstance(n, str) or not _DEPLOYMENT_NAME.fullmatch(n)]
+        if bad or len(names) > 100:
+            raise ValidationFailed("deployments must be up to 100 deployment names (a-z, 0-9, '-')")
+        out["deployments"] = names
+    for field in ("quota_requests", "quota_images", "quota_tokens"):
+        value = out.get(field)
+        if value is not None and not 1 <= value <= MAX_QUOTA:
+            raise ValidationFailed(f"{field} must be between 1 and {MAX_QUOTA} (or null for no quota)")
+    expires = out.get("expires_at")
+    if expires is not None and (timezone.is_naive(expires) or expires <= timezone.now()):
+        raise ValidationFailed("expires_at must be a future time with a timezone")
+    return out
+
+
 def api_key_create(
     *,
     team: Team,
@@ -74,62 +100,149 @@ def api_key_create(
     scopes: list[str] | None = None,
     rate_per_s: float | None = None,
     burst: int | None = None,
+    deployments: list[str] | None = None,
+    expires_at: datetime | None = None,
+    quota_requests: int | None = None,
+    quota_images: int | None = None,
+    quota_tokens: int | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a key and return it with its clear text, which is never stored and shown only now.
 
-    Its cache entry is written at once, so runners called directly accept it from the first request.
+    Only the peppered HMAC (`accounts.keyhash`) is stored. Its signed cache entry is written at once, so
+    runners called directly accept it from the first request.
     """
     _check_rate(rate_per_s, burst)
-    name = (name or "").strip()
-    if not name or len(name) > 100:
-        raise ValidationFailed("key name must be 1 to 100 characters")
+    limits = _check_limits({"name": name, "deployments": deployments or [], "expires_at": expires_at,
+                            "quota_requests": quota_requests, "quota_images": quota_images,
+                            "quota_tokens": quota_tokens})  # fmt: skip
     scopes = sorted(set(scopes or [ApiKeyScope.INFERENCE]))
     unknown = [s for s in scopes if s not in ApiKeyScope.values]
     if unknown:
         raise ValidationFailed(f"unknown scope(s): {', '.join(unknown)}")
-    require_writer(team=team, user=actor)
-    clear, prefix, digest = key_generate()
+    permission_require(team=team, user=actor, action="key.create")
+    for _attempt in range(5):  # the 32-bit prefix is unique; a collision just draws again
+        clear, prefix = key_generate()
+        if not ApiKey.objects.filter(prefix=prefix).exists():
+            break
+    stored = keyhash.hash_new(clear, prefix)
     with transaction.atomic():
         api_key = ApiKey.objects.create(
-            team=team,
-            created_by=actor,
-            name=name,
-            prefix=prefix,
-            key_hash=digest,
-            scopes=scopes,
-            rate_per_s=rate_per_s,
-            burst=burst,
-        )
-        audit_record(
-            team=team,
-            actor=actor,
-            action="api_key.create",
-            target=prefix,
-            data={"scopes": scopes, "rate_per_s": rate_per_s, "burst": burst},
-        )
+            team=team, created_by=actor, prefix=prefix, key_hash=stored.key_hash,
+            hash_scheme=stored.hash_scheme, digest_sealed=stored.digest_sealed, scopes=scopes,
+            rate_per_s=rate_per_s, burst=burst, **limits,
+        )  # fmt: skip
+        audit_record(team=team, actor=actor, action="api_key.create", target=prefix,
+                     data={"scopes": scopes, **_limits_for_audit(api_key)})  # fmt: skip
         transaction.on_commit(lambda: keycache.cache_put(api_key))
     return api_key, clear
 
 
-def api_keys_sync() -> int:
-    """Rewrite the Redis entries of all active keys and drop revoked ones (safety net for a flushed Redis)."""
-    active = list(ApiKey.objects.filter(revoked_at__isnull=True))
-    revoked = list(ApiKey.objects.filter(revoked_at__isnull=False).values_list("key_hash", flat=True))
-    return keycache.cache_sync(active, revoked)
+def _limits_for_audit(api_key: ApiKey) -> dict:
+    out = {f: getattr(api_key, f) for f in LIMIT_FIELDS if f != "name"}
+    out["expires_at"] = api_key.expires_at.isoformat() if api_key.expires_at else None
+    return out
 
 
-def api_key_revoke(*, team: Team, actor, key_id: int) -> ApiKey:
-    """Revoke a key; the cache entry goes at once so the gateway refuses it on the next request."""
-    require_writer(team=team, user=actor)
+def api_key_update(*, team: Team, actor, key_id: int, changes: dict) -> ApiKey:
+    """Change a key's name, deployments, rate limit, expiry or quotas (`changes` holds only the fields
+    sent). The entry is rewritten after commit, so the gateway and runners apply it on the next request."""
+    unknown = set(changes) - set(LIMIT_FIELDS)
+    if unknown:
+        raise ValidationFailed(f"cannot change: {', '.join(sorted(unknown))}")
+    changes = _check_limits(changes)
+    permission_require(team=team, user=actor, action="key.update")
     with transaction.atomic():
         api_key = ApiKey.objects.select_for_update().filter(team=team, pk=key_id).first()
         if api_key is None:
             raise NotFound("API key not found")
+        if api_key.created_by_id != actor.pk:  # members change their own keys; admins anyone's
+            permission_require(team=team, user=actor, action="key.manage_others")
+        if api_key.revoked_at is not None:
+            raise ValidationFailed("a revoked key cannot be changed")
+        before = _limits_for_audit(api_key)
+        for field, value in changes.items():
+            setattr(api_key, field, value)
+        _check_rate(api_key.rate_per_s, api_key.burst)
+        api_key.save(update_fields=list(changes))
+        audit_record(team=team, actor=actor, action="api_key.update", target=api_key.prefix,
+                     before=before, after=_limits_for_audit(api_key))  # fmt: skip
+        transaction.on_commit(lambda: keycache.cache_put(api_key))
+    return api_key
+
+
+def api_key_check(*, clear_key: str) -> ApiKey | None:
+    """The usable key row for a clear key, checked against the database (prefix lookup, constant-time
+    HMAC compare, not revoked, not expired); None otherwise. A legacy SHA-256 row, or one hashed under a
+    previous pepper, is rehashed under the current pepper here, on its first successful use."""
+    if not key_is_well_formed(clear_key):
+        return None
+    api_key = ApiKey.objects.select_related("team", "created_by").filter(prefix=key_prefix(clear_key)).first()
+    if api_key is None or not keyhash.hash_matches(api_key, clear_key):
+        return None
+    if not api_key.usable_at(timezone.now()):
+        return None
+    if keyhash.needs_rehash(api_key):
+        stored = keyhash.hash_new(clear_key, api_key.prefix)
+        ApiKey.objects.filter(pk=api_key.pk, hash_scheme=api_key.hash_scheme).update(
+            key_hash=stored.key_hash, hash_scheme=stored.hash_scheme, digest_sealed=stored.digest_sealed
+        )
+        api_key.key_hash, api_key.hash_scheme = stored.key_hash, stored.hash_scheme
+        api_key.digest_sealed = stored.digest_sealed
+    return api_key
+
+
+def api_key_cache_miss(*, clear_key: str) -> str | None:
+    """The gateway's fallback when Redis has no valid entry for a well-formed key: check the database,
+    then write the entry back unless a revocation's tombstone got there first (then the key is refused,
+    however the two raced). Unknown prefixes get a short negative entry. Returns the entry or None."""
+    api_key = api_key_check(clear_key=clear_key)
+    if api_key is not None:
+        return keycache.cache_fill(api_key)
+    prefix = key_prefix(clear_key)
+    row = ApiKey.objects.filter(prefix=prefix).first()
+    if row is None or not row.usable_at(timezone.now()):
+        keycache.cache_negative(prefix)
+    else:  # a real key with a wrong secret: cache its entry so the next wrong guess costs no query
+        keycache.cache_fill(row)
+    return None
+
+
+def api_keys_sync() -> int:
+    """Rewrite the Redis entries of all usable keys and tombstone revoked or expired ones (safety net for a
+    flushed Redis; every minute)."""
+    now = timezone.now()
+    recent = now - timedelta(seconds=settings.APIKEY_TOMBSTONE_TTL_S)
+    active = list(
+        ApiKey.objects.filter(revoked_at__isnull=True).filter(
+            Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+        )
+    )
+    dead = list(ApiKey.objects.filter(Q(revoked_at__gte=recent) | Q(expires_at__gte=recent, expires_at__lte=now))
+                .values_list("prefix", flat=True))  # fmt: skip
+    return keycache.cache_sync(active, dead)
+
+
+def api_key_revoke(*, team: Team, actor, key_id: int) -> ApiKey:
+    """Revoke a key; a tombstone replaces its cache entry at once so the gateway and runners refuse it."""
+    permission_require(team=team, user=actor, action="key.revoke")
+    with transaction.atomic():
+        api_key = ApiKey.objects.select_for_update().filter(team=team, pk=key_id).first()
+        if api_key is None:
+            raise NotFound("API key not found")
+        if api_key.created_by_id != actor.pk:  # members revoke their own keys; admins anyone's
+            permission_require(team=team, user=actor, action="key.manage_others")
         if api_key.revoked_at is None:
             api_key.revoked_at = timezone.now()
             api_key.save(update_fields=["revoked_at"])
-            audit_record(team=team, actor=actor, action="api_key.revoke", target=api_key.prefix)
-    keycache.cache_drop(api_key.key_hash)
+            audit_record(
+                team=team,
+                actor=actor,
+                action="api_key.revoke",
+                target=api_key.prefix,
+                before={"state": "active"},
+                after={"state": "revoked"},
+            )
+    keycache.cache_revoke(api_key.prefix)
     return api_key
 
 
@@ -145,17 +258,3 @@ def user_ensure_admin(*, username: str = "admin", team_name: str = "default") ->
         Membership.objects.get_or_create(team=team, user=user, defaults={"role": Role.OWNER})
         audit_record(team=team, actor=user, action="user.bootstrap_admin", target=username)
     return user, password
-
-
-def member_invite(*, team: Team, actor, username: str, role: str) -> tuple[Membership, str | None]:
-    """Add a user to the team, creating the account when it does not exist (its password is returned once)."""
-    if not re.fullmatch(r"[\w.@+-]{1,150}", username or ""):
-        raise ValidationFailed("username may contain letters, digits and @.+-_ (max 150)")
-    password = None
-    with transaction.atomic():
-        user = User.objects.filter(username=username).first()
-        if user is None:
-            password = secrets.token_urlsafe(12)
-            user = User.objects.create_user(username=username, password=password)
-        membership = member_add(team=team, user=user, role=role, actor=actor)
-    return membership, password

@@ -1,41 +1,73 @@
 """API key pages: list with create form; the new secret is rendered once and never again."""
 
+from datetime import timedelta
+
 from django.contrib import messages
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from accounts import keycache, selectors, services
+from accounts import selectors, services
 from accounts.decorators import member_required
 from accounts.models import ApiKeyScope
-from core.errors import ApplicationError
+from core.errors import ApplicationError, ValidationFailed
 from core.forms import optional_number
+
+
+def _limits_from_form(post) -> dict:
+    """The key limits typed into the create form; malformed numbers are refused (core.forms)."""
+    days = optional_number(post, "expires_days", int)
+    if days is not None and not 1 <= days <= 3650:
+        raise ValidationFailed("expires_days must be between 1 and 3650")
+    deployments = [n.strip() for n in post.get("deployments", "").split(",") if n.strip()]
+    return {
+        "rate_per_s": optional_number(post, "rate_per_s", float),
+        "burst": optional_number(post, "burst", int),
+        "deployments": deployments,
+        "expires_at": timezone.now() + timedelta(days=days) if days else None,
+        **{f: optional_number(post, f, int) for f in ("quota_requests", "quota_images", "quota_tokens")},
+    }
+
+
+def _create_from_form(request, membership) -> str | None:
+    try:
+        _, clear = services.api_key_create(
+            team=membership.team,
+            actor=request.user,
+            name=request.POST.get("name", ""),
+            scopes=request.POST.getlist("scopes") or [ApiKeyScope.INFERENCE],
+            **_limits_from_form(request.POST),
+        )
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+        return None
+    return clear
 
 
 @member_required
 def key_list(request, membership):
-    new_key = None
-    if request.method == "POST":
-        scopes = request.POST.getlist("scopes") or [ApiKeyScope.INFERENCE]
-        try:
-            _, new_key = services.api_key_create(
-                team=membership.team,
-                actor=request.user,
-                name=request.POST.get("name", ""),
-                scopes=scopes,
-                rate_per_s=optional_number(request.POST, "rate_per_s", float),
-                burst=optional_number(request.POST, "burst", int),
-            )
-        except ApplicationError as exc:
-            messages.error(request, exc.message)
+    new_key = _create_from_form(request, membership) if request.method == "POST" else None
     keys = list(selectors.api_keys_for_team(team=membership.team))
-    usage = keycache.usage_for([k.pk for k in keys])
+    ids = [k.pk for k in keys]
+    month, daily = (
+        selectors.api_key_month_totals(key_ids=ids),
+        selectors.api_keys_usage_by_day(key_ids=ids, days=30),
+    )
     for key in keys:
-        key.usage = usage.get(key.pk, {})
-    return render(
+        key.usage = month.get(key.pk, {})
+    charts = {
+        str(k): [{"day": d["day"].isoformat(), "requests": d["requests"]} for d in v]
+        for k, v in daily.items()
+    }
+    response = render(
         request,
         "accounts/keys.html",
-        {"keys": keys, "new_key": new_key, "scopes": ApiKeyScope.choices, "can_write": membership.can_write},
-    )
+        {"keys": keys, "new_key": new_key, "scopes": ApiKeyScope.choices, "can_write": membership.can_write,
+         "charts": charts, "now": timezone.now()},
+    )  # fmt: skip
+    if new_key:  # the one page that holds a clear key: keep it out of every cache (review finding L9)
+        response["Cache-Control"] = "no-store"
+    return response
 
 
 @member_required

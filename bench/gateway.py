@@ -37,9 +37,9 @@ def make_stack(workdir: Path) -> Stack:
                 self.manage("create_node_token", "--name", name, "--region", region).strip().splitlines()[-1]
             )
             self.spawn(f"node-{name}", [
-                sys.executable, "manage.py", "node", "--console", self.url, "--token", token, "--region", region,
+                sys.executable, "-m", "inference.agent", "--console", self.url, "--region", region,
                 "--name", name, "--interval", "0.5", "--threads", "0", "--data-dir", str(self.workdir / "node"),
-            ])  # fmt: skip
+            ], env={"LANTAU_NODE_TOKEN": token})  # fmt: skip
 
     return BenchStack(workdir)
 

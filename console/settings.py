@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from contract.signing import key_pepper
 from core.env import (
     ConfigError,
     check_redis_url,
@@ -47,12 +48,51 @@ try:
     REDIS_PREFIX = env_str("LANTAU_REDIS_PREFIX", "lantau")
     STORAGE_DIR = Path(env_str("LANTAU_STORAGE_DIR", str(DATA_DIR / "storage"))).resolve()
     MAX_UPLOAD_BYTES = env_int("LANTAU_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1024)
+    # Untrusted models (docs/security.md, "Untrusted models"): archive limits, free space kept, sandbox.
+    ARCHIVE_MAX_BYTES = env_int("LANTAU_ARCHIVE_MAX_BYTES", 8 * 1024**3, minimum=1024)
+    ARCHIVE_MAX_FILES = env_int("LANTAU_ARCHIVE_MAX_FILES", 1000, minimum=1)
+    STORAGE_MIN_FREE_BYTES = env_int("LANTAU_STORAGE_MIN_FREE_BYTES", 1024**3, minimum=0)
+    SANDBOX_MEMORY_BYTES = env_int("LANTAU_SANDBOX_MEMORY_BYTES", 4 * 1024**3, minimum=256 * 1024**2)
+    SANDBOX_CPU_S = env_int("LANTAU_SANDBOX_CPU_S", 7200, minimum=10)
+    SANDBOX_TIMEOUT_S = env_int("LANTAU_SANDBOX_TIMEOUT_S", 3600, minimum=10)
+    SANDBOX_FILE_BYTES = env_int("LANTAU_SANDBOX_FILE_BYTES", 16 * 1024**3, minimum=1024**2)
+    SANDBOX_USER = env_str("LANTAU_SANDBOX_USER", "nobody")
     MAX_PREDICT_BYTES = env_int("LANTAU_MAX_PREDICT_BYTES", 10 * 1024**2, minimum=1024)
     NODE_OFFLINE_AFTER_S = env_int("LANTAU_NODE_OFFLINE_AFTER_S", 30, minimum=2)
     GATEWAY_TIMEOUT_S = env_int("LANTAU_GATEWAY_TIMEOUT_S", 60, minimum=1)
+    # Request limits of the data plane (docs/security.md, "Data plane"); node agents pass them to runners.
+    MAX_JSON_DEPTH = env_int("LANTAU_MAX_JSON_DEPTH", 32, minimum=4, maximum=1000)
+    MAX_PROMPT_BYTES = env_int("LANTAU_MAX_PROMPT_BYTES", 1024**2, minimum=1024)
+    MAX_MESSAGES = env_int("LANTAU_MAX_MESSAGES", 256, minimum=1)
+    MAX_STOP_STRINGS = env_int("LANTAU_MAX_STOP_STRINGS", 4, minimum=1, maximum=64)
+    MAX_INPUTS = env_int("LANTAU_MAX_INPUTS", 256, minimum=1)
+    MAX_IMAGE_PIXELS = env_int("LANTAU_MAX_IMAGE_PIXELS", 40_000_000, minimum=10_000)
+    GATEWAY_MAX_INFLIGHT_PER_DEPLOYMENT = env_int(
+        "LANTAU_GATEWAY_MAX_INFLIGHT_PER_DEPLOYMENT", 256, minimum=1
+    )
+    GATEWAY_MAX_INFLIGHT_PER_TEAM = env_int("LANTAU_GATEWAY_MAX_INFLIGHT_PER_TEAM", 512, minimum=1)
     APIKEY_CACHE_TTL_S = env_int("LANTAU_APIKEY_CACHE_TTL_S", 0, minimum=0)  # 0: until revoked
+    # API-key secrets (docs/security.md, "API keys"): both default to HKDF of SECRET_KEY, so the quick
+    # start writes nothing new; set them explicitly to rotate SECRET_KEY without breaking keys.
+    KEY_PEPPER = key_pepper(env_str("LANTAU_KEY_PEPPER"), SECRET_KEY)
+    KEY_PEPPERS_PREVIOUS = [key_pepper(p, SECRET_KEY) for p in env_list("LANTAU_KEY_PEPPER_PREVIOUS", [])]
+    CACHE_SIGNING_KEY = env_str("LANTAU_CACHE_SIGNING_KEY") or SECRET_KEY  # HKDF'd: contract.signing
+    APIKEY_NEGATIVE_TTL_S = env_int("LANTAU_APIKEY_NEGATIVE_TTL_S", 30, minimum=1, maximum=3600)
+    APIKEY_TOMBSTONE_TTL_S = env_int("LANTAU_APIKEY_TOMBSTONE_TTL_S", 86400, minimum=60)
+    USAGE_ROLLUP_S = env_int("LANTAU_USAGE_ROLLUP_S", 60, minimum=5, maximum=3600)
     JOB_HEARTBEAT_STALE_S = env_int("LANTAU_JOB_HEARTBEAT_STALE_S", 45, minimum=5)
     WORKER_CONCURRENCY = env_int("LANTAU_WORKER_CONCURRENCY", 2, minimum=1, maximum=64)
+    # People and hardening (docs/security.md, "People and roles", "Hardening").
+    INVITATION_TTL_S = env_int("LANTAU_INVITATION_TTL_S", 7 * 86400, minimum=60)
+    LOGIN_MAX_FAILURES = env_int("LANTAU_LOGIN_MAX_FAILURES", 5, minimum=1, maximum=1000)
+    LOGIN_WINDOW_S = env_int("LANTAU_LOGIN_WINDOW_S", 900, minimum=1)
+    TRUSTED_PROXIES = env_list("LANTAU_TRUSTED_PROXIES", [])
+    ADMIN_ENABLED = env_bool("LANTAU_ADMIN", False)
+    HTTPS = env_bool("LANTAU_HTTPS", False)
+    SSL_REDIRECT = env_bool("LANTAU_SSL_REDIRECT", HTTPS)
+    HSTS_SECONDS = env_int("LANTAU_HSTS_SECONDS", 31_536_000 if HTTPS else 0, minimum=0)
+    HSTS_PRELOAD = env_bool("LANTAU_HSTS_PRELOAD", False)
+    CSP_ENABLED = env_bool("LANTAU_CSP", True)
 except ConfigError as exc:
     _fail(str(exc))
 
@@ -80,6 +120,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "console.middleware.ContentSecurityPolicyMiddleware",
+    "console.middleware.RequestAddressMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -132,6 +174,19 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# LANTAU_HTTPS=1: the console is reached over TLS (usually through a proxy that terminates it and
+# sets X-Forwarded-Proto). Cookies then travel only over TLS and browsers are told to stay on it.
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
+SECURE_SSL_REDIRECT = SSL_REDIRECT
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]  # load balancers probe over plain HTTP
+SECURE_HSTS_SECONDS = HSTS_SECONDS
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HSTS_SECONDS > 0
+SECURE_HSTS_PRELOAD = HSTS_PRELOAD
+# Preloading is the domain owner's decision (it is hard to undo), so it stays opt-in and its
+# `check --deploy` reminder is silenced; every other deploy check must pass.
+SILENCED_SYSTEM_CHECKS = [] if HSTS_PRELOAD else ["security.W021"]
 
 CACHES = {
     "default": {
@@ -164,6 +219,7 @@ CELERY_BEAT_SCHEDULE = {
     "deployments-reconcile": {"task": "inference.tasks.deployments_reconcile_all", "schedule": 15.0},
     "jobs-reap": {"task": "inference.tasks.jobs_reap", "schedule": 10.0},
     "api-keys-sync": {"task": "accounts.tasks.api_keys_sync", "schedule": 60.0},
+    "api-key-usage-rollup": {"task": "accounts.tasks.api_key_usage_rollup", "schedule": USAGE_ROLLUP_S * 1.0},
 }
 
 LOGGING = {

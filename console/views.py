@@ -12,7 +12,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from accounts import keycache
-from accounts.selectors import membership_for
+from accounts.current import membership_for_request
 from inference import selectors
 
 
@@ -41,7 +41,7 @@ def readyz(request):
 
 @login_required
 def dashboard(request):
-    membership = membership_for(user=request.user)
+    membership = membership_for_request(request)
     context = {"deployments": [], "models": [], "nodes": list(selectors.nodes_all())}
     if membership:
         context["deployments"] = list(selectors.deployments_for_team(team=membership.team))

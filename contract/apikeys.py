@@ -1,25 +1,50 @@
-"""API keys on the wire: format, hash, bearer parsing and the Redis cache entry.
+"""API keys on the wire: format, digests, bearer parsing and the signed Redis cache entry.
 
-A key looks like ``lt_<8 hex>_<43 url-safe chars>``; the prefix is shown in lists so people can tell
-keys apart, and the SHA-256 (hex) of the whole key is what is stored and cached. Keys carry ~256 bits
-of entropy, so a plain fast hash is safe here (no password stretching needed).
+A key looks like ``lt_<8 hex>_<43 url-safe chars>`` (~256 bits of entropy). Its first part,
+``lt_<8 hex>``, is the *prefix*: unique per key, shown in lists, and how a key is found, in the
+database and in Redis.
 
-The console (``accounts.keycache``) writes one cache entry per active key, JSON
-``{"key_id", "team_id", "scopes"}`` plus ``rate_per_s``/``burst`` when the key is rate limited, and
-deletes it on revocation. The gateway, the management API and the runners read it with ``parse_entry``.
+Digests:
+  * the database stores ``key_hmac`` = HMAC-SHA256(pepper, key): the console alone holds the pepper,
+    so a database dump does not let anyone check a key. Rows created before the pepper stored the
+    plain SHA-256 (scheme ``sha256``); they are checked that way and rehashed on their first use.
+  * the cache entry carries ``key_hash`` = SHA-256(key), which runners can compute without any secret.
+
+Cache entry (``<prefix>:apikey:<key prefix>``, ``contract.redis_keys``), written only by the console:
+``v1.<signature>.<payload JSON>``, the payload holding ``prefix``, ``digest``, ``key_id``,
+``team_id``, ``scopes``, ``deployments`` (empty = all of the team's), ``rate_per_s``/``burst``,
+``expires_at`` (Unix seconds or null) and ``quota`` (``contract.quotas``). The signature is
+Ed25519 (``contract.signing``) over the payload under the context ``lantau-apikey-v1`` plus the
+install's Redis prefix. The value ``-`` is a tombstone: the key is revoked, expired or unknown, and
+readers refuse it without asking the database. A reader accepts a key only when the signature holds,
+the entry is for the key's own prefix, the digests match (constant-time) and it has not expired.
+
+Every refusal of a bad key (malformed, unknown, wrong secret, revoked, expired) is the same 401 body
+(``INVALID_KEY_MESSAGE``), so answers never tell which keys exist.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from .quotas import Quota
+from .signing import Ed25519PrivateKey, Ed25519PublicKey, sign, verify
+
 KEY_PATTERN = re.compile(r"lt_[0-9a-f]{8}_[A-Za-z0-9_-]{43}")  # whole string: use fullmatch
+PREFIX_LENGTH = len("lt_") + 8
+TOMBSTONE = b"-"
+ENTRY_VERSION = "v1"
+INVALID_KEY_MESSAGE = "invalid, revoked or expired API key"
+MISSING_KEY_MESSAGE = "missing API key: send `Authorization: Bearer <key>`"
+HASH_SCHEME_LEGACY = "sha256"
+HASH_SCHEME_HMAC = "hmac-sha256"  # stored as "hmac-sha256:<pepper id>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,18 +56,44 @@ class KeyIdentity:
     scopes: tuple[str, ...]
     rate_per_s: float | None = None  # token-bucket refill rate; None = no limit
     burst: int | None = None
+    deployments: tuple[str, ...] = ()  # empty: every deployment of the team
+    expires_at: float | None = None  # Unix seconds; None = never
+    quota: Quota = field(default_factory=Quota)
+
+    def allows(self, deployment: str) -> bool:
+        return not self.deployments or deployment in self.deployments
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
 
-def key_generate() -> tuple[str, str, str]:
-    """A new key: (clear key, display prefix, hash)."""
+def key_generate() -> tuple[str, str]:
+    """A new key: (clear key, prefix)."""
     prefix = f"lt_{secrets.token_hex(4)}"
-    key = f"{prefix}_{secrets.token_urlsafe(32)}"
-    return key, prefix, key_hash(key)
+    return f"{prefix}_{secrets.token_urlsafe(32)}", prefix
+
+
+def key_prefix(key: str) -> str:
+    return key[:PREFIX_LENGTH]
 
 
 def key_hash(key: str) -> str:
-    """SHA-256 hex of the whole key: what the database stores and the cache is keyed by."""
+    """SHA-256 hex of the whole key: the digest cache entries carry (and legacy rows stored)."""
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def key_hmac(pepper: bytes, key: str) -> str:
+    """HMAC-SHA256 hex of the key under the console's pepper: what the database stores."""
+    return hmac.new(pepper, key.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
+def pepper_id(pepper: bytes) -> str:
+    """A short public name of a pepper, stored with each hash so rotation knows which pepper made it."""
+    return hmac.new(pepper, b"lantau pepper id", hashlib.sha256).hexdigest()[:8]
+
+
+def digests_equal(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode("ascii", "replace"), b.encode("ascii", "replace"))
 
 
 def key_is_well_formed(key: str) -> bool:
@@ -58,24 +109,48 @@ def bearer_token(authorization: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
-def entry_json(
+def _context(namespace: str) -> bytes:
+    return f"lantau-apikey-{ENTRY_VERSION}\x00{namespace}".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class CachedKey:
+    """A verified entry: the digest to compare the presented key with, and the identity it grants."""
+
+    prefix: str
+    digest: str
+    identity: KeyIdentity
+
+
+def entry_sign(
+    signer: Ed25519PrivateKey,
+    namespace: str,
     *,
+    prefix: str,
+    digest: str,
     key_id: int,
     team_id: int,
     scopes: Iterable[str],
+    deployments: Iterable[str] = (),
     rate_per_s: float | None = None,
     burst: int | None = None,
+    expires_at: float | None = None,
+    quota: Quota | None = None,
 ) -> str:
-    """The cache entry for one active key (written by the console)."""
-    entry: dict[str, Any] = {"key_id": key_id, "team_id": team_id, "scopes": list(scopes)}
+    """The signed cache entry of one active key (written by the console); ``namespace`` is the Redis prefix."""
+    payload: dict[str, Any] = {
+        "prefix": prefix, "digest": digest, "key_id": key_id, "team_id": team_id, "scopes": sorted(scopes),
+        "deployments": sorted(deployments), "expires_at": expires_at, "quota": (quota or Quota()).as_dict(),
+    }  # fmt: skip
     if rate_per_s:
-        entry |= {"rate_per_s": rate_per_s, "burst": burst or max(1, int(rate_per_s))}
-    return json.dumps(entry)
+        payload |= {"rate_per_s": rate_per_s, "burst": burst or max(1, int(rate_per_s))}
+    body = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return f"{ENTRY_VERSION}.{sign(signer, _context(namespace), body.encode())}.{body}"
 
 
-def _positive_number(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value)
+def _strings(value: Any) -> tuple[str, ...] | None:
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return tuple(value)
     return None
 
 
@@ -83,19 +158,52 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def parse_entry(raw: bytes | str) -> KeyIdentity | None:
-    """The identity in a cache entry, or None when the entry is malformed."""
-    try:
-        entry = json.loads(raw)
-        key_id, team_id, scopes = entry["key_id"], entry["team_id"], entry["scopes"]
-    except (ValueError, KeyError, TypeError):
+def _positive(value: Any) -> float | None:
+    return (
+        float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+    )
+
+
+def _identity(p: dict[str, Any]) -> KeyIdentity | None:
+    scopes, deployments = _strings(p.get("scopes")), _strings(p.get("deployments"))
+    quota, expires = Quota.from_dict(p.get("quota", {})), p.get("expires_at")
+    if scopes is None or deployments is None or quota is None or not _is_int(p.get("key_id")):
         return None
-    if not (_is_int(key_id) or (isinstance(key_id, str) and key_id)) or not _is_int(team_id):
+    if not _is_int(p.get("team_id")) or not (expires is None or _positive(expires) is not None):
         return None
-    if not isinstance(scopes, list) or not all(isinstance(scope, str) for scope in scopes):
-        return None
-    rate = _positive_number(entry.get("rate_per_s"))
-    burst = _positive_number(entry.get("burst"))
+    rate, burst = _positive(p.get("rate_per_s")), _positive(p.get("burst"))
     if rate is not None and burst is None:
-        burst = max(1.0, rate)  # without an explicit burst, allow one second's worth
-    return KeyIdentity(str(key_id), team_id, tuple(scopes), rate, int(burst) if burst is not None else None)
+        burst = max(1.0, rate)
+    return KeyIdentity(
+        str(p["key_id"]), p["team_id"], scopes, rate, int(burst) if burst is not None else None,
+        deployments, float(expires) if expires is not None else None, quota,
+    )  # fmt: skip
+
+
+def entry_open(raw: bytes | str, verifier: Ed25519PublicKey, namespace: str, prefix: str) -> CachedKey | None:
+    """The entry's content when its signature holds and it is for ``prefix``; None for anything else
+    (a tombstone, an unsigned, forged or malformed entry, another key's or another install's entry)."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    version, _, rest = text.partition(".")
+    signature, _, body = rest.partition(".")
+    if version != ENTRY_VERSION or not verify(verifier, _context(namespace), body.encode(), signature):
+        return None
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None
+    if (
+        not isinstance(payload, dict)
+        or payload.get("prefix") != prefix
+        or not isinstance(payload.get("digest"), str)
+    ):
+        return None
+    identity = _identity(payload)
+    return CachedKey(prefix, payload["digest"], identity) if identity is not None else None
+
+
+def entry_check(cached: CachedKey, key: str, now: float) -> KeyIdentity | None:
+    """The identity when ``key`` is the entry's key (constant-time compare) and has not expired."""
+    if not digests_equal(cached.digest, key_hash(key)) or cached.identity.expired(now):
+        return None
+    return cached.identity

@@ -5,8 +5,12 @@ The prefix is ``LANTAU_REDIS_PREFIX`` (default ``lantau``): the console reads it
 runners (``--redis-prefix``). Two installs sharing one Redis therefore never see each other's keys.
 
 Writers and readers:
-  ``<p>:apikey:<sha256>``        console writes (accounts.keycache); gateway, runners, management API read
-  ``<p>:usage:<key_id>``         runners HINCRBY (runner.usage); the console's key list reads
+  ``<p>:apikey:<key prefix>``   signed entry or tombstone (contract.apikeys): console writes (accounts.keycache);
+                                 gateway and runners read (the management API checks the database)
+  ``<p>:usage:<key_id>``         usage not yet rolled up: runners HINCRBY (runner.usage); the console's
+                                 roll-up (accounts.usage) renames it to ``<p>:usage-rolling:<key_id>``
+  ``<p>:usage-month:<key_id>:<YYYY-MM>``  this month's usage for quotas: runners HINCRBY, gateway/runners read
+  ``<p>:lastuse:<key_id>``       last use time and address: runners and the gateway HSET, the roll-up reads
   ``<p>:ratelimit:<key_id>``     token bucket shared by runners and the gateway (runner.ratelimit)
   ``<p>:metrics:<deployment>``   pub/sub channel: runners publish each second; the console's websocket reads
   ``<p>:metrics:last:<deployment>:<replica>``  the last summary per replica (runners SET, console SCANs)
@@ -35,11 +39,20 @@ class RedisKeys:
                 f"Redis prefix {self.prefix!r} is not allowed: use up to 64 letters, digits, '_', '.', ':' or '-'"
             )
 
-    def api_key(self, key_hash: str) -> str:
-        return f"{self.prefix}:apikey:{key_hash}"
+    def api_key(self, key_prefix: str) -> str:
+        return f"{self.prefix}:apikey:{key_prefix}"
 
     def usage(self, key_id: int | str) -> str:
         return f"{self.prefix}:usage:{key_id}"
+
+    def usage_rolling(self, key_id: int | str) -> str:
+        return f"{self.prefix}:usage-rolling:{key_id}"
+
+    def usage_month(self, key_id: int | str, month: str) -> str:
+        return f"{self.prefix}:usage-month:{key_id}:{month}"
+
+    def last_use(self, key_id: int | str) -> str:
+        return f"{self.prefix}:lastuse:{key_id}"
 
     def rate_limit(self, key_id: int | str) -> str:
         return f"{self.prefix}:ratelimit:{key_id}"

@@ -7,21 +7,28 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from redis import asyncio as aioredis
 
-from accounts.selectors import membership_for
+from accounts.current import membership_for_scope
+from accounts.permissions import membership_allows
 from contract.redis_keys import RedisKeys
 from inference.live import team_deployments_group, team_jobs_group
 from inference.models import Deployment
 
 
 class TeamGroupConsumer(AsyncJsonWebsocketConsumer):
-    """Base: a signed-in member joins one per-team group; anyone else is refused (close code 4401)."""
+    """Base: a signed-in member whose role allows `action` joins the per-team group of the team they
+    act for (`?team=`, else the switcher's choice, else their first team); anyone else is refused
+    (close code 4401 for outsiders, 4403 for a role that may not read this group)."""
 
     group_for = staticmethod(lambda team_id: "")
+    action = ""
 
     async def connect(self):
-        membership = await database_sync_to_async(membership_for)(user=self.scope.get("user"))
+        membership = await database_sync_to_async(membership_for_scope)(self.scope)
         if membership is None:
             await self.close(code=4401)
+            return
+        if not membership_allows(membership, self.action):
+            await self.close(code=4403)
             return
         self.group = self.group_for(membership.team_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
@@ -37,6 +44,7 @@ class TeamGroupConsumer(AsyncJsonWebsocketConsumer):
 
 class DeploymentStatusConsumer(TeamGroupConsumer):
     group_for = staticmethod(team_deployments_group)
+    action = "deployment.read"
 
     async def deployment_status(self, event):
         await self.send_json(event["payload"])
@@ -44,6 +52,7 @@ class DeploymentStatusConsumer(TeamGroupConsumer):
 
 class JobUpdatesConsumer(TeamGroupConsumer):
     group_for = staticmethod(team_jobs_group)
+    action = "job.read"
 
     async def job_update(self, event):
         await self.send_json(event["payload"])
@@ -57,7 +66,7 @@ class DeploymentMetricsConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self):
         name = self.scope["url_route"]["kwargs"]["name"]
-        if not await database_sync_to_async(_may_watch)(self.scope.get("user"), name):
+        if not await database_sync_to_async(_may_watch)(self.scope, name):
             await self.close(code=4404)
             return
         await self.accept()
@@ -86,9 +95,11 @@ class DeploymentMetricsConsumer(AsyncJsonWebsocketConsumer):
         pass
 
 
-def _may_watch(user, name: str) -> bool:
-    membership = membership_for(user=user)
-    return membership is not None and Deployment.objects.filter(team=membership.team, name=name).exists()
+def _may_watch(scope: dict, name: str) -> bool:
+    membership = membership_for_scope(scope)
+    if membership is None or not membership_allows(membership, "deployment.read"):
+        return False
+    return Deployment.objects.filter(team=membership.team, name=name).exists()
 
 
 async def _latest(redis, name: str) -> list[bytes]:

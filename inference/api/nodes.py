@@ -20,7 +20,13 @@ class NodeTokenAuth(HttpBearer):
 
 @router.get("", response=list[NodeOut])
 def node_list(request):
-    return list(selectors.nodes_all())
+    """Every member sees where capacity is (region, status, replica count); the hardware inventory
+    (host names, devices, versions) is shown to staff only (review finding L5)."""
+    nodes = list(selectors.nodes_all())
+    if not request.auth.user.is_staff:
+        for node in nodes:
+            node.inventory = {}  # in memory only, for this answer
+    return nodes
 
 
 @router.post("/heartbeat", auth=NodeTokenAuth())

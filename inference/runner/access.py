@@ -3,8 +3,10 @@
 * ``X-Lantau-Runner-Token`` equal to the runner's token: the gateway, which already checked the key;
   it names the key in ``X-Lantau-Key-Id`` so usage is still counted per key.
 * ``Authorization: Bearer <api key>`` when the runner has Redis (``--redis-url``): the key is
-  verified from the console's cache, must belong to this deployment's team and hold the
-  ``inference`` scope, and is rate limited when its entry carries ``rate_per_s``.
+  verified from the console's signed cache entry (``keys``), must belong to this deployment's team,
+  hold the ``inference`` scope and list this deployment (if it lists any), must have room in its
+  monthly quota (429 ``quota_exceeded``) and is rate limited when its entry carries ``rate_per_s``.
+  Every bad key (malformed, unknown, wrong, revoked, expired, forged entry) gets the same 401 body.
 * A runner started with neither a token nor Redis is open (local development and tests).
 """
 
@@ -14,11 +16,12 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from contract.apikeys import bearer_token
+from contract.apikeys import INVALID_KEY_MESSAGE, MISSING_KEY_MESSAGE, KeyIdentity, bearer_token
 
-from .errors import Forbidden, RateLimited, Unauthorized
+from .errors import Forbidden, RateLimited, RunnerError, Unauthorized
 from .keys import KeyCache
 from .ratelimit import RateLimiter
+from .usage import UsageRecorder
 
 TOKEN_HEADER = "X-Lantau-Runner-Token"
 KEY_ID_HEADER = "X-Lantau-Key-Id"
@@ -31,6 +34,11 @@ class Caller:
     via_gateway: bool
 
 
+class QuotaExceeded(RunnerError):
+    status = 429
+    type = "quota_exceeded"
+
+
 class Access:
     def __init__(
         self,
@@ -39,11 +47,15 @@ class Access:
         team_id: int | None,
         keys: KeyCache | None = None,
         limiter: RateLimiter | None = None,
+        deployment: str = "",
+        usage: UsageRecorder | None = None,
     ) -> None:
         self._token = token.encode("utf-8") if token else None
         self.team_id = team_id
         self.keys = keys
         self.limiter = limiter
+        self.deployment = deployment
+        self.usage = usage
 
     @property
     def open(self) -> bool:
@@ -63,19 +75,28 @@ class Access:
             return None
         if self.keys is None:
             raise Unauthorized(f"missing or wrong {TOKEN_HEADER} header")
-        raise Unauthorized("missing API key: send `Authorization: Bearer <key>`")
+        raise Unauthorized(MISSING_KEY_MESSAGE)
 
     async def _check_key(self, key: str) -> Caller:
         assert self.keys is not None
         identity = await self.keys.lookup(key)
         if identity is None:
-            raise Unauthorized("invalid or revoked API key")
+            raise Unauthorized(INVALID_KEY_MESSAGE)
         if INFERENCE_SCOPE not in identity.scopes:
             raise Forbidden("this API key has no `inference` scope")
         if self.team_id is None or identity.team_id != self.team_id:
             raise Forbidden("this API key's team cannot use this deployment")
+        if not identity.allows(self.deployment):
+            raise Forbidden(f"this API key may not call deployment {self.deployment!r}")
+        await self._check_limits(identity)
+        return Caller(identity.key_id, via_gateway=False)
+
+    async def _check_limits(self, identity: KeyIdentity) -> None:
+        if self.usage is not None:
+            refusal = await self.usage.quota_refusal(identity)
+            if refusal is not None:
+                raise QuotaExceeded(refusal.message, headers={"Retry-After": str(refusal.retry_after_s)})
         if identity.rate_per_s is not None and identity.burst is not None and self.limiter is not None:
             wait = await self.limiter.acquire(identity.key_id, identity.rate_per_s, identity.burst)
             if wait > 0:
                 raise RateLimited(wait)
-        return Caller(identity.key_id, via_gateway=False)

@@ -45,7 +45,7 @@ def _count_usage(request: web.Request, state: State, response: web.StreamRespons
     usage = state.edge.usage
     if caller is not None and caller.key_id is not None and usage is not None and response.status < 400:
         images, tokens = request.get(USAGE, (0, 0))
-        usage.add(caller.key_id, images, tokens)
+        usage.add(caller.key_id, images, tokens, None if caller.via_gateway else request.remote)
 
 
 @web.middleware

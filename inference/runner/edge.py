@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 
 from redis import asyncio as aioredis
 
+from contract.signing import Ed25519PublicKey, public_key_from_text
+
 from .access import Access
 from .config import Manifest, RunnerConfig
 from .keys import KeyCache
@@ -20,6 +22,18 @@ from .ratelimit import RateLimiter
 from .usage import UsageRecorder
 
 log = logging.getLogger("lantau.runner.edge")
+
+
+def _verify_key(manifest: Manifest) -> Ed25519PublicKey | None:
+    """The console's public key for API-key entries; without a valid one every API key is refused."""
+    if manifest.key_verify_key is None:
+        log.warning("the manifest has no key_verify_key: API keys will be refused")
+        return None
+    try:
+        return public_key_from_text(manifest.key_verify_key)
+    except ValueError as exc:
+        log.warning("the manifest's key_verify_key is unusable (%s): API keys will be refused", exc)
+        return None
 
 
 class Edge:
@@ -35,7 +49,8 @@ class Edge:
                 config.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0, health_check_interval=30
             )
             names = config.redis_keys
-            keys, limiter = KeyCache(self.redis, names), RateLimiter(self.redis, names)
+            keys = KeyCache(self.redis, names, _verify_key(manifest))
+            limiter = RateLimiter(self.redis, names)
             self.usage = UsageRecorder(self.redis, names)
             self.live = LivePublisher(
                 self.redis,
@@ -47,7 +62,8 @@ class Edge:
             )
             if manifest.team_id is None:
                 log.warning("the manifest names no team_id: API keys will be refused")
-        self.access = Access(token=config.token, team_id=manifest.team_id, keys=keys, limiter=limiter)
+        self.access = Access(token=config.token, team_id=manifest.team_id, keys=keys, limiter=limiter,
+                             deployment=manifest.deployment, usage=self.usage)  # fmt: skip
 
     def listening_on(self, port: int) -> None:
         """Without ``--replica``, this process is named host:port once the port is known."""

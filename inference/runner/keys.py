@@ -1,9 +1,11 @@
-"""API keys verified at the runner from the console's Redis cache, without Django.
+"""API keys verified at the runner from the console's signed Redis entries, without Django or the database.
 
-The console writes ``<prefix>:apikey:<sha256 hex of the key>`` (``contract.redis_keys``) holding the
-entry of ``contract.apikeys`` and deletes it on revocation. Positive answers are kept in-process for at
-most ``ttl_s`` (1 s), so a revocation takes effect within a second while a busy key costs one Redis
-round trip per second, not one per request.
+The console writes ``<prefix>:apikey:<key prefix>`` (``contract.redis_keys``): an entry signed with its
+Ed25519 key (``contract.apikeys``) or the tombstone ``-``. The runner holds only the public key, from
+its manifest (``key_verify_key``), so whoever can write Redis still cannot forge an entry it accepts.
+Without that key every API key is refused. Answers (entries and tombstones) are kept in-process for at
+most ``ttl_s`` (1 s): a revocation takes effect within a second, and a busy key, or a client hammering a
+bad one, costs one Redis round trip per second, not one per request.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import time
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
-from contract.apikeys import KeyIdentity, key_hash, key_is_well_formed, parse_entry
+from contract.apikeys import CachedKey, KeyIdentity, entry_check, entry_open, key_is_well_formed, key_prefix
 from contract.redis_keys import RedisKeys
+from contract.signing import Ed25519PublicKey
 
 from .errors import Unavailable
 
@@ -25,33 +28,37 @@ MAX_CACHED = 10_000
 
 
 class KeyCache:
-    """Resolve clear keys to identities through Redis, caching positive answers for ``ttl_s``."""
+    """Resolve clear keys to identities through Redis, caching what Redis said for ``ttl_s``."""
 
-    def __init__(self, redis: aioredis.Redis, names: RedisKeys, ttl_s: float = 1.0) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, names: RedisKeys, verify_key: Ed25519PublicKey | None, ttl_s: float = 1.0
+    ) -> None:
         self._redis = redis
         self._names = names
+        self._verify_key = verify_key
         self.ttl_s = ttl_s
-        self._entries: dict[str, tuple[float, KeyIdentity]] = {}
+        self._entries: dict[str, tuple[float, CachedKey | None]] = {}
 
     async def lookup(self, key: str) -> KeyIdentity | None:
-        """The key's identity, or None when it is malformed, unknown or revoked."""
-        if not key_is_well_formed(key):
+        """The key's identity, or None when it is malformed, unknown, wrong, revoked or expired."""
+        if not key_is_well_formed(key) or self._verify_key is None:
             return None
-        digest = key_hash(key)
+        cached = await self._cached(key_prefix(key))
+        return entry_check(cached, key, time.time()) if cached is not None else None
+
+    async def _cached(self, prefix: str) -> CachedKey | None:
         now = time.monotonic()
-        hit = self._entries.get(digest)
+        hit = self._entries.get(prefix)
         if hit is not None and hit[0] > now:
             return hit[1]
         try:
-            raw = await self._redis.get(self._names.api_key(digest))
+            raw = await self._redis.get(self._names.api_key(prefix))
         except (RedisError, OSError) as exc:
             log.warning("cannot reach Redis to verify an API key: %s", exc)
             raise Unavailable("API keys cannot be verified right now; retry shortly") from None
-        identity = parse_entry(raw) if raw is not None else None
-        if identity is None:
-            self._entries.pop(digest, None)
-            return None
+        assert self._verify_key is not None
+        cached = entry_open(raw, self._verify_key, self._names.prefix, prefix) if raw is not None else None
         if len(self._entries) >= MAX_CACHED:
             self._entries.clear()  # crude bound; entries live one second anyway
-        self._entries[digest] = (now + self.ttl_s, identity)
-        return identity
+        self._entries[prefix] = (now + self.ttl_s, cached)
+        return cached

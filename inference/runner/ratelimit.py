@@ -14,6 +14,8 @@ from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
 
+from .errors import Unavailable
+
 log = logging.getLogger("lantau.runner.ratelimit")
 
 WARN_EVERY_S = 60.0
@@ -44,7 +46,8 @@ return {allowed, tostring(wait)}
 
 
 class RateLimiter:
-    """``acquire`` returns 0.0 when the request may go ahead, else the seconds until it could."""
+    """``acquire`` returns 0.0 when the request may go ahead, else the seconds until it could; it raises
+    ``Unavailable`` (503) when Redis cannot be reached."""
 
     def __init__(self, redis: aioredis.Redis, names: RedisKeys) -> None:
         self._names = names
@@ -57,10 +60,11 @@ class RateLimiter:
                 keys=[self._names.rate_limit(key_id)], args=[rate_per_s, burst, cost]
             )
         except (RedisError, OSError) as exc:
-            # Fail open: an unreachable Redis must not take the whole API down with it.
+            # Fail closed: the key's owner set this limit (and pays for what it lets through), so an
+            # unreachable Redis answers 503 for limited keys rather than serving them unlimited.
             now = time.monotonic()
             if now - self._warned > WARN_EVERY_S:
                 self._warned = now
-                log.warning("rate limits not enforced, Redis unreachable: %s", exc)
-            return 0.0
+                log.warning("rate-limited keys refused (503), Redis unreachable: %s", exc)
+            raise Unavailable("rate limits cannot be checked right now; retry shortly") from None
         return 0.0 if int(allowed) == 1 else float(wait)

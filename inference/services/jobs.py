@@ -9,7 +9,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Team
-from accounts.services import audit_record, require_writer
+from accounts.permissions import permission_require
+from accounts.services import audit_record
 from core.errors import ValidationFailed
 from inference import queue
 from inference.jobs.registry import kind_get, kinds
@@ -39,7 +40,7 @@ def job_start(*, team: Team, actor, source: ModelVersion, kind: str, options: di
     The kind comes from the registry (``inference.jobs.registry``), which checks the options against the
     kind's schema and the source against what the kind accepts.
     """
-    require_writer(team=team, user=actor)
+    permission_require(team=team, user=actor, action="job.start")
     options = _checked_options(kind, source, {} if options is None else options)
     with transaction.atomic():
         job = Job.objects.create(team=team, kind=kind, source=source, options=options, created_by=actor)
@@ -57,7 +58,7 @@ def job_start(*, team: Team, actor, source: ModelVersion, kind: str, options: di
 
 def job_cancel(*, team: Team, actor, job: Job) -> Job:
     """Cancel a queued job at once; ask a running one to stop at its next step."""
-    require_writer(team=team, user=actor)
+    permission_require(team=team, user=actor, action="job.cancel")
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status == JobStatus.QUEUED:
@@ -79,7 +80,7 @@ def job_cancel(*, team: Team, actor, job: Job) -> Job:
 
 def job_retry(*, team: Team, actor, job: Job) -> Job:
     """Put a failed or cancelled job back in the queue with the same options."""
-    require_writer(team=team, user=actor)
+    permission_require(team=team, user=actor, action="job.retry")
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         job.check_transition(JobStatus.QUEUED)

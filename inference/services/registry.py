@@ -13,7 +13,8 @@ from django.db import transaction
 from tokenizers import Tokenizer
 
 from accounts.models import Team
-from accounts.services import audit_record, require_writer
+from accounts.permissions import permission_require
+from accounts.services import audit_record
 from core.errors import Conflict, ValidationFailed
 from inference import storage
 from inference.models import Artifact, ModelVersion, RegisteredModel, Task
@@ -253,7 +254,7 @@ def _store(
 
 def model_version_upload(*, team: Team, actor, upload: UploadedModel) -> ModelVersion:
     """Stage, validate and store an uploaded ONNX model as a new version. Nothing is kept if any check fails."""
-    require_writer(team=team, user=actor)
+    permission_require(team=team, user=actor, action="model.upload")
     staged: list[storage.StagedFile] = []
     try:
         model_file = storage.stage(upload.model_chunks, max_bytes=settings.MAX_UPLOAD_BYTES)
@@ -288,7 +289,7 @@ def model_version_upload(*, team: Team, actor, upload: UploadedModel) -> ModelVe
 
 def model_version_delete(*, team: Team, actor, version: ModelVersion) -> None:
     """Delete a version that no deployment uses. Blobs are left for the periodic collector (shared content)."""
-    require_writer(team=team, user=actor)
+    permission_require(team=team, user=actor, action="model.delete")
     if version.deployments.exists():
         raise Conflict("this version is deployed; delete or update its deployments first")
     label = str(version)

@@ -1,9 +1,11 @@
 import pytest
+from django.conf import settings
 from django.test import Client
 
+from accounts import keycache, keyhash
 from accounts.models import ApiKey, AuditEvent
-from accounts.selectors import api_key_authenticate
-from contract.apikeys import key_hash
+from accounts.services import api_key_check
+from contract.apikeys import TOMBSTONE, entry_open, key_hash, key_hmac
 
 pytestmark = pytest.mark.django_db
 
@@ -15,8 +17,11 @@ def test_created_key_is_shown_once_and_stored_only_as_hash(owner_client, team):
     assert r.status_code == 201
     clear = r.json()["key"]
     stored = ApiKey.objects.get(team=team)
-    assert stored.key_hash == key_hash(clear) and clear.startswith(stored.prefix)
-    assert clear not in str(ApiKey.objects.filter(pk=stored.pk).values().get())
+    assert stored.key_hash == key_hmac(settings.KEY_PEPPER, clear) and clear.startswith(stored.prefix)
+    assert stored.hash_scheme == keyhash.current_scheme()
+    row = str(ApiKey.objects.filter(pk=stored.pk).values().get())
+    assert clear not in row and key_hash(clear) not in row  # not even the unkeyed digest is stored in clear
+    assert keyhash.cache_digest(stored) == key_hash(clear)  # but the console can rebuild the Redis entry
     listed = owner_client.get("/api/v1/keys").json()
     assert listed[0]["prefix"] == stored.prefix and "key" not in listed[0]
     assert AuditEvent.objects.filter(action="api_key.create", team=team).exists()
@@ -24,11 +29,13 @@ def test_created_key_is_shown_once_and_stored_only_as_hash(owner_client, team):
 
 def test_revoked_key_no_longer_authenticates_even_when_cached(owner_client, team):
     clear = owner_client.post("/api/v1/keys", {"name": "k"}, content_type="application/json").json()["key"]
-    assert api_key_authenticate(clear) is not None  # now cached in Redis
-    key_id = ApiKey.objects.get(team=team).pk
-    r = owner_client.delete(f"/api/v1/keys/{key_id}")
+    stored = ApiKey.objects.get(team=team)
+    assert api_key_check(clear_key=clear) is not None
+    assert keycache.cache_put(stored) is not None  # cached in Redis
+    r = owner_client.delete(f"/api/v1/keys/{stored.pk}")
     assert r.status_code == 200 and r.json()["revoked_at"]
-    assert api_key_authenticate(clear) is None
+    assert api_key_check(clear_key=clear) is None
+    assert keycache.cache_get(stored.prefix) == TOMBSTONE  # readers of Redis refuse it without the database
 
 
 def test_viewer_cannot_create_keys(client, viewer):
@@ -92,9 +99,6 @@ def test_key_pages_create_show_once_and_revoke(owner_client, team):
 
 
 def test_new_keys_are_cached_at_once_with_their_rate_limit_and_sync_repairs_the_cache(owner_client, team):
-    import json
-
-    from accounts import keycache
     from accounts.services import api_keys_sync
 
     r = owner_client.post(
@@ -103,21 +107,24 @@ def test_new_keys_are_cached_at_once_with_their_rate_limit_and_sync_repairs_the_
     # on_commit callbacks do not fire inside the test transaction: run the sync that the worker runs every minute
     stored = ApiKey.objects.get(team=team)
     assert r.json()["rate_per_s"] == 5 and stored.burst == 10
-    keycache.cache_drop(stored.key_hash)
+    keycache.cache_drop(stored.prefix)
     assert api_keys_sync() >= 1
-    entry = json.loads(keycache.client().get(keycache.names().api_key(stored.key_hash)))
-    assert entry == {
-        "key_id": stored.pk,
-        "team_id": team.pk,
-        "scopes": ["inference"],
-        "rate_per_s": 5.0,
-        "burst": 10,
-    }
-    assert keycache.client().ttl(keycache.names().api_key(stored.key_hash)) == -1  # lives until revoked
+    raw = keycache.client().get(keycache.names().api_key(stored.prefix))
+    cached = entry_open(raw, keyhash.signer().public_key(), settings.REDIS_PREFIX, stored.prefix)
+    assert cached is not None and cached.digest == keyhash.cache_digest(stored)
+    identity = cached.identity
+    assert (identity.key_id, identity.team_id, identity.scopes) == (str(stored.pk), team.pk, ("inference",))
+    assert (identity.rate_per_s, identity.burst, identity.expires_at, identity.deployments) == (
+        5.0,
+        10,
+        None,
+        (),
+    )
+    assert keycache.client().ttl(keycache.names().api_key(stored.prefix)) == -1  # lives until revoked
     owner_client.delete(f"/api/v1/keys/{stored.pk}")
-    assert keycache.client().get(keycache.names().api_key(stored.key_hash)) is None
+    assert keycache.client().get(keycache.names().api_key(stored.prefix)) == TOMBSTONE
     api_keys_sync()
-    assert keycache.client().get(keycache.names().api_key(stored.key_hash)) is None
+    assert keycache.client().get(keycache.names().api_key(stored.prefix)) == TOMBSTONE
 
 
 @pytest.mark.parametrize(
@@ -134,8 +141,6 @@ def test_bad_rate_limits_are_422(owner_client, fields, message):
 
 
 def test_key_page_shows_usage_counted_by_the_runners(owner_client, team):
-    from accounts import keycache
-
     owner_client.post("/api/v1/keys", {"name": "counted"}, content_type="application/json")
     key = ApiKey.objects.get(team=team)
     keycache.client().delete(keycache.names().usage(key.pk))

@@ -32,11 +32,17 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _clean_redis():
-    """Each test starts with no key entries, counters or last uses under this install's prefix."""
+    """Each test starts with no key entries, counters or last uses under this install's prefix (row ids
+    restart with each test database, so counters left by an earlier run would add up)."""
+
+    def clean() -> None:
+        stale = list(keycache.client().scan_iter(match=f"{settings.REDIS_PREFIX}:*"))
+        if stale:
+            keycache.client().delete(*stale)
+
+    clean()
     yield
-    stale = list(keycache.client().scan_iter(match=f"{settings.REDIS_PREFIX}:*"))
-    if stale:
-        keycache.client().delete(*stale)
+    clean()
 
 
 def bearer(clear: str) -> dict:
@@ -235,3 +241,19 @@ def test_the_management_api_notes_last_use_for_the_roll_up(team, owner):
     usage.usage_rollup()
     row.refresh_from_db()
     assert row.last_used_address == "198.51.100.4" and row.last_used_at is not None
+
+
+def test_members_change_only_their_own_keys_while_admins_change_anyones(team, owner, teammate):
+    other, _ = api_key_create(team=team, actor=teammate, name="tom's")
+    owners, _ = api_key_create(team=team, actor=owner, name="olivia's")
+    member = Client()
+    member.force_login(teammate)
+    r = member.patch(f"/api/v1/keys/{owners.pk}", {"quota_requests": 1}, content_type="application/json")
+    assert r.status_code == 403 and "key.manage_others" in r.json()["error"]["message"]
+    assert ApiKey.objects.get(pk=owners.pk).quota_requests is None  # refused before any change
+    r = member.patch(f"/api/v1/keys/{other.pk}", {"quota_requests": 5}, content_type="application/json")
+    assert r.status_code == 200 and r.json()["quota_requests"] == 5
+    boss = Client()
+    boss.force_login(owner)
+    r = boss.patch(f"/api/v1/keys/{other.pk}", {"quota_requests": 7}, content_type="application/json")
+    assert r.status_code == 200 and r.json()["quota_requests"] == 7

@@ -38,3 +38,28 @@ def test_key_form_takes_a_well_formed_rate_limit(owner_client, team):
     )
     key = ApiKey.objects.get(team=team)
     assert (key.rate_per_s, key.burst) == (2.5, 5)
+
+
+def test_key_form_sets_quotas_deployments_and_expiry_and_the_page_is_not_cached(owner_client, team):
+    r = owner_client.post("/accounts/keys/", {"name": "limited", "deployments": "colours, text-a",
+                                              "expires_days": "30", "quota_requests": "1000", "quota_images": ""})  # fmt: skip
+    assert r.status_code == 200 and r["Cache-Control"] == "no-store"  # it holds the clear key
+    key = ApiKey.objects.get(team=team)
+    assert (
+        key.deployments == ["colours", "text-a"] and key.quota_requests == 1000 and key.quota_images is None
+    )
+    assert key.expires_at is not None
+    page = owner_client.get("/accounts/keys/")
+    assert "no-store" not in page.get("Cache-Control", "")
+    assert b"1000 requests/month" in page.content and b"only colours, text-a" in page.content
+    assert b'id="key-usage"' in page.content  # the per-key chart data
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [({"quota_requests": "lots"}, "quota_requests"), ({"expires_days": "0"}, "expires_days"),
+     ({"deployments": "Not A Name"}, "deployments")],
+)  # fmt: skip
+def test_key_form_refuses_bad_limits_and_creates_no_key(owner_client, fields, message):
+    page = owner_client.post("/accounts/keys/", {"name": "k", **fields}, follow=True).content.decode()
+    assert message in page and not ApiKey.objects.exists()

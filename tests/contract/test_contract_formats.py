@@ -7,6 +7,7 @@ import hashlib
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,24 +15,39 @@ import pytest
 from contract.apikeys import (
     KeyIdentity,
     bearer_token,
-    entry_json,
+    entry_check,
+    entry_open,
+    entry_sign,
     key_generate,
     key_hash,
+    key_hmac,
     key_is_well_formed,
-    parse_entry,
+    key_prefix,
 )
 from contract.envelope import error_envelope
 from contract.listening import format_listening, parse_listening
+from contract.quotas import Quota, QuotaRefusal, next_month_start, quota_refusal
 from contract.redis_keys import RedisKeys
 from contract.replicas import REPORTABLE, ReplicaState
+from contract.signing import (
+    derive_secret,
+    key_pepper,
+    public_key_from_text,
+    public_key_text,
+    sign,
+    signing_key_from_secret,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_generated_keys_are_well_formed_and_hashed_as_sha256_of_the_whole_key() -> None:
-    clear, prefix, digest = key_generate()
-    assert key_is_well_formed(clear) and clear.startswith(prefix + "_") and len(prefix) == 11
-    assert digest == key_hash(clear) == hashlib.sha256(clear.encode()).hexdigest()
+    clear, prefix = key_generate()
+    assert key_is_well_formed(clear) and clear.startswith(prefix + "_") and key_prefix(clear) == prefix
+    assert len(prefix) == 11 and key_hash(clear) == hashlib.sha256(clear.encode()).hexdigest()
+    assert key_hmac(b"pepper", clear) != key_hash(clear) and key_hmac(b"pepper", clear) != key_hmac(
+        b"other", clear
+    )
     assert key_generate()[0] != clear
 
 
@@ -53,32 +69,94 @@ def test_bearer_token_parsing(header: str | None, token: str | None) -> None:
     assert bearer_token(header) == token
 
 
-def test_cache_entry_round_trips_with_and_without_a_rate_limit() -> None:
-    plain = entry_json(key_id=5, team_id=2, scopes=["inference", "manage"])
-    assert json.loads(plain) == {"key_id": 5, "team_id": 2, "scopes": ["inference", "manage"]}
-    assert parse_entry(plain) == KeyIdentity("5", 2, ("inference", "manage"))
-    limited = entry_json(key_id=6, team_id=2, scopes=("inference",), rate_per_s=2.5, burst=None)
-    assert json.loads(limited)["burst"] == 2  # one second's worth when no burst is given
-    assert parse_entry(limited.encode()) == KeyIdentity("6", 2, ("inference",), 2.5, 2)
-    assert parse_entry(entry_json(key_id=7, team_id=2, scopes=[], rate_per_s=1, burst=9)).burst == 9
+CONSOLE = signing_key_from_secret("contract tests")
+VERIFY = CONSOLE.public_key()
+
+
+def signed(key: str, namespace: str = "lantau", **fields) -> str:
+    base = {
+        "prefix": key_prefix(key),
+        "digest": key_hash(key),
+        "key_id": 5,
+        "team_id": 2,
+        "scopes": ["inference"],
+    }
+    return entry_sign(CONSOLE, namespace, **(base | fields))
+
+
+def test_a_signed_entry_opens_only_for_its_key_prefix_and_install() -> None:
+    key, prefix = key_generate()
+    entry = signed(key, rate_per_s=2.5, deployments=["b", "a"], expires_at=2e9, quota=Quota(requests=9))
+    cached = entry_open(entry, VERIFY, "lantau", prefix)
+    assert cached is not None and cached.digest == key_hash(key)
+    assert cached.identity == KeyIdentity("5", 2, ("inference",), 2.5, 2, ("a", "b"), 2e9, Quota(requests=9))
+    assert entry_check(cached, key, now=1e9) == cached.identity
+    assert entry_check(cached, key, now=2e9) is None  # expired
+    assert entry_check(cached, key[:-1] + ("A" if key[-1] != "A" else "B"), now=1e9) is None  # wrong secret
+    assert entry_open(entry, VERIFY, "other-install", prefix) is None
+    assert entry_open(entry, VERIFY, "lantau", key_generate()[1]) is None  # another key's name
+    assert entry_open(entry, signing_key_from_secret("attacker").public_key(), "lantau", prefix) is None
+
+
+@pytest.mark.parametrize("tamper", ["team_id", "scopes", "signature", "version"])
+def test_a_tampered_entry_does_not_open(tamper: str) -> None:
+    key, prefix = key_generate()
+    version, sig, body = signed(key).split(".", 2)
+    payload = json.loads(body)
+    if tamper == "team_id":
+        payload["team_id"] = 3
+    elif tamper == "scopes":
+        payload["scopes"] = ["inference", "manage"]
+    changed = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    if tamper == "signature":
+        sig = sig[:-2] + ("AA" if not sig.endswith("AA") else "BB")
+    if tamper == "version":
+        version = "v0"
+    assert entry_open(f"{version}.{sig}.{changed}", VERIFY, "lantau", prefix) is None
 
 
 @pytest.mark.parametrize(
     "raw",
-    [b"", b"{oops", b"[]", b"null", b'{"team_id": 1, "scopes": []}', b'{"key_id": 1, "scopes": []}',
-     b'{"key_id": 1, "team_id": 1}', b'{"key_id": 1, "team_id": "1", "scopes": []}',
-     b'{"key_id": 1, "team_id": true, "scopes": []}', b'{"key_id": null, "team_id": 1, "scopes": []}',
-     b'{"key_id": 1, "team_id": 1, "scopes": "inference"}', b'{"key_id": 1, "team_id": 1, "scopes": [1]}',
-     b"\xff\xfe"],
+    [b"", b"-", b"{oops", b"v1.", b"v1.x.{}", b'{"key_id": 1, "team_id": 1, "scopes": []}', b"\xff\xfe"],
+)
+def test_malformed_or_unsigned_cache_entries_open_to_none(raw: bytes) -> None:
+    assert entry_open(raw, VERIFY, "lantau", "lt_12345678") is None
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"team_id": "2"}, {"scopes": "inference"}, {"deployments": [1]}, {"expires_at": -1},
+     {"quota": {"requests": -1}}, {"quota": {"bogus": 1}}, {"key_id": None}],
 )  # fmt: skip
-def test_malformed_cache_entries_parse_to_none(raw: bytes) -> None:
-    assert parse_entry(raw) is None
+def test_signed_but_malformed_entries_open_to_none(fields: dict) -> None:
+    key, prefix = key_generate()
+    base = {"prefix": prefix, "digest": key_hash(key), "key_id": 5, "team_id": 2, "scopes": ["inference"],
+            "deployments": [], "expires_at": None, "quota": {}} | fields  # fmt: skip
+    body = json.dumps(base, sort_keys=True, separators=(",", ":"))
+    entry = f"v1.{sign(CONSOLE, b'lantau-apikey-v1' + bytes([0]) + b'lantau', body.encode())}.{body}"
+    assert entry_open(entry, VERIFY, "lantau", prefix) is None
 
 
-def test_nonsense_rate_limits_in_an_entry_mean_no_limit() -> None:
-    entry = json.dumps({"key_id": 1, "team_id": 1, "scopes": [], "rate_per_s": -1, "burst": True})
-    identity = parse_entry(entry)
-    assert identity is not None and identity.rate_per_s is None and identity.burst is None
+def test_public_keys_round_trip_and_secrets_derive_independently() -> None:
+    assert public_key_from_text(public_key_text(CONSOLE)).public_bytes_raw() == VERIFY.public_bytes_raw()
+    for bad in ("", "abc", "!!!!"):
+        with pytest.raises(ValueError):
+            public_key_from_text(bad)
+    assert derive_secret("s", "a") != derive_secret("s", "b") and len(derive_secret("s", "a")) == 32
+    assert key_pepper(None, "s") == key_pepper("secret-key:s", "other") != key_pepper(None, "other")
+    assert key_pepper("explicit", "s") == b"explicit"
+
+
+def test_quota_refusal_names_the_spent_limit_and_the_reset() -> None:
+    now = datetime(2026, 12, 31, 23, 59, 0, tzinfo=UTC)
+    assert next_month_start(now) == datetime(2027, 1, 1, tzinfo=UTC)
+    quota = Quota(requests=10, tokens=100)
+    assert quota_refusal(quota, {"requests": 9, "tokens": 99}, now) is None
+    assert quota_refusal(quota, {"requests": 10}, now) == QuotaRefusal(
+        "monthly request quota of 10 spent; resets on 2027-01-01", 60
+    )
+    assert quota_refusal(quota, {"tokens": 100}, now).message.startswith("monthly token quota of 100 spent")
+    assert quota_refusal(Quota(), {"requests": 10**9}, now) is None
 
 
 def test_every_redis_key_is_under_the_configured_prefix() -> None:
@@ -90,6 +168,8 @@ def test_every_redis_key_is_under_the_configured_prefix() -> None:
     assert built[4] == "installA:metrics:last:colours:r1" and built[5] == "installA:metrics:last:colours:*"
     assert RedisKeys().api_key("x") == "lantau:apikey:x"  # the default prefix keeps today's names
     assert RedisKeys("b").api_key("x") != RedisKeys("installA").api_key("x")
+    assert names.usage_month(3, "2026-12") == "installA:usage-month:3:2026-12"
+    assert names.usage_rolling(3) == "installA:usage-rolling:3" and names.last_use(3) == "installA:lastuse:3"
 
 
 @pytest.mark.parametrize("prefix", ["", "a b", "lantau*", "x?", "[ab]", "-x", "a" * 65])

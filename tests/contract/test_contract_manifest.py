@@ -112,3 +112,18 @@ def test_a_reader_refuses_a_broken_manifest_with_one_line(text: str, message: st
     with pytest.raises(ManifestError, match=message) as caught:
         ModelManifest.from_json(text)
     assert "\n" not in str(caught.value)
+
+
+def test_the_key_verify_key_travels_in_the_manifest_and_is_optional() -> None:
+    base = {
+        "deployment": "d",
+        "task": "feature-extraction",
+        "model_file": "m.onnx",
+        "tokenizer_file": "t.json",
+    }
+    with_key = ModelManifest.from_json(json.dumps(base | {"key_verify_key": "abc"}))
+    assert with_key.key_verify_key == "abc" and json.loads(with_key.to_json())["key_verify_key"] == "abc"
+    without = ModelManifest.from_json(json.dumps(base))
+    assert without.key_verify_key is None and "key_verify_key" not in without.to_dict()
+    with pytest.raises(ManifestError, match="key_verify_key"):
+        ModelManifest.from_json(json.dumps(base | {"key_verify_key": 5}))

@@ -12,9 +12,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from accounts import keycache
+from accounts import keycache, keyhash
 from accounts.services import api_key_create
-from contract.apikeys import entry_json, key_generate, key_hash
+from contract.apikeys import TOMBSTONE, entry_sign, key_generate, key_hash, key_prefix
 from contract.redis_keys import RedisKeys
 from inference.gateway import auth
 from inference.gateway.app import gateway_app
@@ -36,12 +36,16 @@ def installs(settings):
     written: list[str] = []
 
     def issue_key_of_a(team_id: int = 1, scopes=("inference",)) -> str:
-        key = key_generate()[0]  # install A's database holds it; this one (shared by both here) does not
-        written.append(a.api_key(key_hash(key)))
-        keycache.client().set(written[-1], entry_json(key_id=901, team_id=team_id, scopes=scopes), ex=120)
+        key, prefix = key_generate()  # install A's database holds it; this one (shared by both here) does not
+        written.append(a.api_key(prefix))
+        entry = entry_sign(keyhash.signer(), a.prefix, prefix=prefix, digest=key_hash(key), key_id=901,
+                           team_id=team_id, scopes=scopes)  # fmt: skip
+        keycache.client().set(written[-1], entry, ex=120)
         return key
 
     yield a, b, issue_key_of_a
+    for names in (a, b):  # entries, and the negative ones a refused key leaves
+        written.extend(keycache.client().scan_iter(match=f"{names.prefix}:*"))
     if written:
         keycache.client().delete(*written)
 
@@ -90,7 +94,7 @@ def test_a_key_cached_by_install_a_is_accepted_by_a_and_refused_by_b(settings, i
         assert status == 401 and body["error"]["type"] == "unauthorized"
 
     run(scenario)
-    assert keycache.client().get(b.api_key(key_hash(key))) is None  # B did not adopt A's key either
+    assert keycache.client().get(b.api_key(key_prefix(key))) in (None, TOMBSTONE)  # B did not adopt A's key
 
 
 def test_the_console_writes_key_entries_under_its_own_prefix(settings, installs, owner, team) -> None:
@@ -98,15 +102,15 @@ def test_the_console_writes_key_entries_under_its_own_prefix(settings, installs,
     settings.REDIS_PREFIX = a.prefix
     api_key, clear = api_key_create(team=team, actor=owner, name="ci", scopes=["inference"])
     try:
-        assert keycache.client().get(a.api_key(api_key.key_hash)) is not None
-        assert keycache.client().get(RedisKeys().api_key(api_key.key_hash)) is None
+        assert keycache.client().get(a.api_key(api_key.prefix)) is not None
+        assert keycache.client().get(RedisKeys().api_key(api_key.prefix)) is None
 
         async def scenario() -> None:
             assert (await call("GET", "/v1/models", clear))[0] == 200
 
         run(scenario)
     finally:
-        keycache.client().delete(a.api_key(api_key.key_hash))
+        keycache.client().delete(a.api_key(api_key.prefix))
 
 
 @pytest.mark.parametrize(

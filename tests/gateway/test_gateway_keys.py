@@ -19,8 +19,10 @@ from accounts.services import api_key_create, api_key_revoke
 from contract.apikeys import INVALID_KEY_MESSAGE, entry_sign, key_generate, key_hash
 from contract.quotas import month_of, next_month_start
 from contract.signing import signing_key_from_secret
+from inference.gateway import app as gateway_app_module
 from inference.gateway import auth
 from inference.gateway.app import gateway_app
+from inference.gateway.routing import RouteTable
 from inference.models import Deployment
 from inference.services.registry import UploadedModel, model_version_upload
 from tests.support.tiny_models import COLOURS, colour_classifier
@@ -32,10 +34,17 @@ pytestmark = pytest.mark.django_db(transaction=True)  # the gateway reads the da
 def fresh_gateway_redis(monkeypatch):
     monkeypatch.setattr(auth, "_redis", None)
     monkeypatch.setattr(auth, "_limiter", None)
+    # Each test builds its own deployments: routes cached by an earlier test's team must not answer here.
+    monkeypatch.setattr(gateway_app_module, "routes", RouteTable())
+
+    def clean() -> None:  # before too: row ids restart with each test database, counters must not add up
+        stale = list(keycache.client().scan_iter(match=f"{settings.REDIS_PREFIX}:*"))
+        if stale:
+            keycache.client().delete(*stale)
+
+    clean()
     yield
-    stale = list(keycache.client().scan_iter(match=f"{settings.REDIS_PREFIX}:*"))
-    if stale:
-        keycache.client().delete(*stale)
+    clean()
 
 
 @pytest.fixture

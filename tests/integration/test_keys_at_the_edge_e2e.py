@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
 import pytest
+import redis
 
+from contract.apikeys import entry_sign, key_generate, key_hash
+from contract.signing import signing_key_from_secret
 from tests.support.factories import image_bytes
 from tests.support.tiny_models import COLOURS, colour_classifier
 
@@ -79,3 +83,65 @@ def test_a_rate_limited_key_gets_429_with_retry_after_through_the_gateway(stack,
                 assert int(resp.headers["retry-after"]) >= 1
                 assert resp.json()["error"]["type"] == "rate_limited"
     assert codes[:2] == [200, 200] and 429 in codes[2:]
+
+
+def test_bad_keys_get_one_401_body_everywhere_and_forged_entries_change_nothing(stack, edge):
+    """Malformed, unknown, wrong secret and revoked keys, at the gateway, a runner called directly and
+    the management API; then an entry written straight into Redis for a made-up key."""
+    with stack.client(edge["manage"]) as api:
+        good = api.post("/api/v1/keys", json={"name": "good", "scopes": ["inference", "manage"]}).json()
+        gone = api.post("/api/v1/keys", json={"name": "gone", "scopes": ["inference", "manage"]}).json()
+        assert api.delete(f"/api/v1/keys/{gone['id']}").status_code == 200
+    wrong = good["key"][:-3] + ("abc" if not good["key"].endswith("abc") else "xyz")
+    bad = ["lt_nope", key_generate()[0], wrong, gone["key"]]
+    direct = runner_url(stack, edge["replica"]) + "/v1/deployments/edge-colours/predict"
+    places = {
+        "gateway": lambda k: httpx.post(f"{stack.url}/v1/deployments/edge-colours/predict", content=image_bytes(),
+                                        headers={"Authorization": f"Bearer {k}", "Content-Type": "image/jpeg"}),
+        "runner": lambda k: httpx.post(direct, content=image_bytes(),
+                                       headers={"Authorization": f"Bearer {k}", "Content-Type": "image/jpeg"}),
+        "manage": lambda k: httpx.get(f"{stack.url}/api/v1/keys", headers={"Authorization": f"Bearer {k}"}),
+    }  # fmt: skip
+    for place, call in places.items():
+        answers = [call(k) for k in bad]
+        assert {a.status_code for a in answers} == {401}, place
+        assert len({a.content for a in answers}) == 1, (place, [a.content for a in answers])
+    gateway_body = json.loads(places["gateway"](bad[0]).content)
+    assert json.loads(places["runner"](bad[0]).content) == gateway_body  # the same words at both edges
+    forged, prefix = key_generate()
+    entry = entry_sign(signing_key_from_secret("attacker"), stack.env["LANTAU_REDIS_PREFIX"],
+                       prefix=prefix, digest=key_hash(forged), key_id=good["id"], team_id=1,
+                       scopes=["inference", "manage"])  # fmt: skip
+    store = redis.Redis.from_url(stack.env["REDIS_URL"])
+    try:
+        store.set(f"{stack.env['LANTAU_REDIS_PREFIX']}:apikey:{prefix}", entry, ex=60)
+        for place, call in places.items():
+            assert call(forged).status_code == 401, place
+    finally:
+        store.close()
+
+
+def test_deployment_scopes_and_monthly_quotas_hold_at_the_gateway_and_the_runner(stack, edge):
+    with stack.client(edge["manage"]) as api:
+        elsewhere = api.post("/api/v1/keys", json={"name": "elsewhere", "deployments": ["other-one"]}).json()
+        quota = api.post("/api/v1/keys", json={"name": "quota", "quota_requests": 2}).json()
+    direct = runner_url(stack, edge["replica"]) + "/v1/deployments/edge-colours/predict"
+    gateway = f"{stack.url}/v1/deployments/edge-colours/predict"
+
+    def predict(url: str, key: str) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}", "Content-Type": "image/jpeg"}
+        return httpx.post(url, content=image_bytes(), headers=headers, timeout=30)
+
+    for url in (gateway, direct):
+        refused = predict(url, elsewhere["key"])
+        assert refused.status_code == 403 and refused.json()["error"]["type"] == "forbidden"
+    with stack.client(elsewhere["key"]) as c:
+        assert c.get("/v1/models").json()["data"] == []  # its one deployment is not this team's
+    assert predict(direct, quota["key"]).status_code == 200
+    assert predict(gateway, quota["key"]).status_code == 200
+    time.sleep(1.5)  # the runner sends its counters every 0.5 s and rereads them at most once a second
+    for url in (gateway, direct):
+        spent = predict(url, quota["key"])
+        assert spent.status_code == 429 and spent.json()["error"]["type"] == "quota_exceeded"
+        assert spent.json()["error"]["message"].startswith("monthly request quota of 2 spent; resets on ")
+        assert int(spent.headers["retry-after"]) >= 1

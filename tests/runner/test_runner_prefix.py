@@ -15,8 +15,9 @@ import pytest
 import redis
 from PIL import Image
 
-from contract.apikeys import entry_json, key_generate, key_hash
+from contract.apikeys import entry_sign, key_generate, key_hash
 from contract.redis_keys import RedisKeys
+from contract.signing import public_key_text, signing_key_from_secret
 from tests.support.runners import (
     REPO,
     image_manifest,
@@ -29,6 +30,7 @@ from tests.support.runners import (
 TEAM = 11
 INSTALL_A = RedisKeys(f"install-a-{secrets.token_hex(3)}")
 INSTALL_B = RedisKeys(f"install-b-{secrets.token_hex(3)}")
+CONSOLE = signing_key_from_secret("prefix-tests")  # both installs' consoles sign alike here: worst case
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +49,10 @@ def runners(colour_model_dir: Path, tmp_path_factory: pytest.TempPathFactory, st
     """The same deployment served by one runner of each install, both on the shared Redis."""
     model_dir = tmp_path_factory.mktemp("prefixed")
     shutil.copy(colour_model_dir / "model.onnx", model_dir / "model.onnx")
-    write_manifest(model_dir, image_manifest(deployment="prefixed", team_id=TEAM))
+    write_manifest(
+        model_dir,
+        image_manifest(deployment="prefixed", team_id=TEAM, key_verify_key=public_key_text(CONSOLE)),
+    )
     logs = tmp_path_factory.mktemp("logs")
     started = {
         names.prefix: launch_runner(
@@ -77,14 +82,22 @@ def predict(url: str, key: str) -> httpx.Response:
 
 
 def test_a_key_of_install_a_works_only_at_install_a_runners(runners, store) -> None:
-    key = key_generate()[0]
-    store.set(
-        INSTALL_A.api_key(key_hash(key)), entry_json(key_id=501, team_id=TEAM, scopes=["inference"]), ex=120
-    )
+    key, prefix = key_generate()
+    entry = entry_sign(CONSOLE, INSTALL_A.prefix, prefix=prefix, digest=key_hash(key), key_id=501, team_id=TEAM,
+                       scopes=["inference"])  # fmt: skip
+    store.set(INSTALL_A.api_key(prefix), entry, ex=120)
     mine, theirs = runners[INSTALL_A.prefix], runners[INSTALL_B.prefix]
     assert predict(mine.url, key).status_code == 200
     refused = predict(theirs.url, key)
     assert refused.status_code == 401 and refused.json()["error"]["type"] == "unauthorized"
+    other, other_prefix = key_generate()  # a second key, never asked of B yet (B caches answers for 1 s)
+    entry = entry_sign(CONSOLE, INSTALL_A.prefix, prefix=other_prefix, digest=key_hash(other), key_id=502,
+                       team_id=TEAM, scopes=["inference"])  # fmt: skip
+    store.set(INSTALL_B.api_key(other_prefix), entry, ex=120)  # A's entry copied into B's namespace
+    copied = predict(theirs.url, other)  # the signature covers the install's prefix: refused
+    assert copied.status_code == 401 and copied.json()["error"]["type"] == "unauthorized"
+    store.set(INSTALL_A.api_key(other_prefix), entry, ex=120)
+    assert predict(mine.url, other).status_code == 200  # the very same entry is good at A
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not store.hgetall(INSTALL_A.usage(501)):
         time.sleep(0.1)

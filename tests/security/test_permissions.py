@@ -75,7 +75,7 @@ ATTEMPTS = {
     "key.create": lambda a, t: post(a.client, "/api/v1/keys", {"name": "mine"}),
     "key.update": lambda a, t: patch(a.client, f"/api/v1/keys/{a.own_key.pk}", {"name": "renamed"}),
     "key.revoke": lambda a, t: a.client.delete(f"/api/v1/keys/{a.own_key.pk}"),
-    "key.revoke_others": lambda a, t: a.client.delete(f"/api/v1/keys/{a.sam_key.pk}"),
+    "key.manage_others": lambda a, t: a.client.delete(f"/api/v1/keys/{a.sam_key.pk}"),
     "node.read": lambda a, t: a.client.get("/api/v1/nodes"),
 }
 
