@@ -129,8 +129,12 @@ def test_compose_files_keep_secrets_out_of_commands_and_runners_off_public_inter
         command = node["command"] if isinstance(node["command"], str) else " ".join(node["command"])
         assert "--token" not in command and "TOKEN" not in command and "--redis-url" not in command
         assert "0.0.0.0" not in command and "--bind-host" not in command
-        assert "LANTAU_NODE_TOKEN" in node["environment"]
-        assert "SECRET_KEY" not in node["environment"] and "DATABASE_URL" not in node["environment"]
+        # The token reaches the agent through its environment: an env file (kept out of git) or a variable.
+        env_files = [f["path"] if isinstance(f, dict) else f for f in node.get("env_file", [])]
+        assert "LANTAU_NODE_TOKEN" in node.get("environment", {}) or "node.env" in env_files
+        assert "SECRET_KEY" not in node.get("environment", {}) and "DATABASE_URL" not in node.get(
+            "environment", {}
+        )
 
 
 @pytest.mark.parametrize(

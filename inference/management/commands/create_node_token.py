@@ -17,5 +17,8 @@ class Command(BaseCommand):
             node, token = node_token_create(name=name, region=region, max_replicas=max_replicas)
         except ApplicationError as exc:
             raise CommandError(exc.message) from None
-        self.stderr.write(f"Node {node.name} ({node.region}): start its agent with --token <the line below>")
+        self.stderr.write(
+            f"Node {node.name} ({node.region}): give its agent the line below as LANTAU_NODE_TOKEN "
+            "or in a 0600 file named by --token-file (never on its command line)"
+        )
         self.stdout.write(token)
