@@ -6,12 +6,12 @@ import hashlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Max, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from accounts import usage
+from accounts import keycache, usage
 from accounts.models import ApiKey, ApiKeyUsage, AuditEvent, Invitation, Membership, Team
 from contract.quotas import USAGE_FIELDS
 from core.errors import NotFound
@@ -106,6 +106,41 @@ def api_key_month_totals(*, key_ids: list[int]) -> dict[int, dict[str, int]]:
     for key_id, extra in pending.items():
         totals[key_id] = {f: totals[key_id][f] + extra[f] for f in USAGE_FIELDS}
     return totals
+
+
+def api_key_last_uses(*, keys: list[ApiKey]) -> dict[int, tuple[datetime, str | None]]:
+    """Each used key's last use (time, address): the newest of the key row (rolled up), the usage
+    table's latest hour with requests (usage rolled up before the row was) and the runners' not yet
+    rolled-up note in Redis; keys never used are left out."""
+    out: dict[int, tuple[datetime, str | None]] = {
+        k.pk: (k.last_used_at, k.last_used_address) for k in keys if k.last_used_at is not None
+    }
+
+    def note(key_id: int, at: datetime, address: str | None) -> None:
+        if key_id not in out or at > out[key_id][0]:
+            out[key_id] = (at, address or out.get(key_id, (at, None))[1])
+
+    hours = (
+        ApiKeyUsage.objects.filter(api_key_id__in=[k.pk for k in keys], requests__gt=0)
+        .values("api_key_id")
+        .annotate(last=Max("hour"))
+    )
+    for row in hours:
+        if row["api_key_id"] not in out:  # the hour only says when, less precisely than the row
+            note(row["api_key_id"], row["last"], None)
+    try:
+        names, pipe = keycache.names(), keycache.client().pipeline(transaction=False)
+        for k in keys:
+            pipe.hgetall(names.last_use(k.pk))
+        for k, row in zip(keys, pipe.execute(), strict=True):
+            try:
+                at = datetime.fromtimestamp(float(row.get(b"at", b"")), tz=UTC)
+            except ValueError:
+                continue
+            note(k.pk, at, row.get(b"addr", b"").decode() or None)
+    except RedisError:  # the page still shows what the database knows
+        pass
+    return out
 
 
 def api_key_usage_by_day(*, api_key: ApiKey, days: int) -> list[dict]:

@@ -1,8 +1,9 @@
-"""API key pages: list with create form; the new secret is rendered once and never again."""
+"""API key pages: list with create form; the new secret is rendered once (after a redirect) and never again."""
 
 from datetime import timedelta
 
 from django.contrib import messages
+from django.http import QueryDict
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -44,17 +45,34 @@ def _create_from_form(request, membership) -> str | None:
     return clear
 
 
+NEW_KEY_SESSION = "lantau_new_api_key"
+
+
 @member_required
 def key_list(request, membership):
-    new_key = _create_from_form(request, membership) if request.method == "POST" else None
-    keys = list(selectors.api_keys_for_team(team=membership.team))
+    """The keys page. A create is answered with a redirect (reloading cannot make a second key); the
+    clear key waits in the session for that one next page, which shows it once and forgets it."""
+    if request.method == "POST":
+        form: QueryDict | None = request.POST
+        clear = _create_from_form(request, membership)
+        if clear is not None:
+            request.session[NEW_KEY_SESSION] = clear
+            return redirect("accounts:keys")
+    else:
+        form = None
+    new_key = request.session.pop(NEW_KEY_SESSION, None)
+    show_revoked = request.GET.get("revoked") == "1"
+    every = list(selectors.api_keys_for_team(team=membership.team))
+    keys = every if show_revoked else [k for k in every if not k.revoked_at]
     ids = [k.pk for k in keys]
     month, daily = (
         selectors.api_key_month_totals(key_ids=ids),
         selectors.api_keys_usage_by_day(key_ids=ids, days=30),
     )
+    last_uses = selectors.api_key_last_uses(keys=keys)
     for key in keys:
         key.usage = month.get(key.pk, {})
+        key.last_use_at, key.last_use_address = last_uses.get(key.pk, (None, None))
     charts = {
         str(k): [{"day": d["day"].isoformat(), "requests": d["requests"]} for d in v]
         for k, v in daily.items()
@@ -63,7 +81,8 @@ def key_list(request, membership):
         request,
         "accounts/keys.html",
         {"keys": keys, "new_key": new_key, "scopes": ApiKeyScope.choices, "can_write": membership.can_write,
-         "charts": charts, "now": timezone.now()},
+         "charts": charts, "now": timezone.now(), "form": form, "form_scopes": form.getlist("scopes") if form else [], "show_revoked": show_revoked,
+         "revoked_count": sum(1 for k in every if k.revoked_at)},
     )  # fmt: skip
     if new_key:  # the one page that holds a clear key: keep it out of every cache (review finding L9)
         response["Cache-Control"] = "no-store"

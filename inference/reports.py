@@ -2,7 +2,54 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from inference.models import Job, JobKind, JobStatus, ModelVersion
+
+MIB = 2**20  # sizes everywhere in the console (tables, plot, job pages) are MiB
+
+
+def public_result(value: Any) -> Any:
+    """A job result without server paths: keys named "path"/"*_path"/"*_dir" and absolute path strings go."""
+    if isinstance(value, dict):
+        return {
+            k: public_result(v)
+            for k, v in value.items()
+            if not (k == "path" or k.endswith(("_path", "_dir")))
+            and not (isinstance(v, str) and v.startswith("/"))
+        }
+    if isinstance(value, list):
+        return [public_result(v) for v in value if not (isinstance(v, str) and v.startswith("/"))]
+    return value
+
+
+def benchmark_table(result: dict | None) -> dict | None:
+    """A benchmark result as rounded figures with units, one row per batch size; None when not one."""
+    batches = _batches(result)
+    if not batches:
+        return None
+    rows = []
+    for size, b in sorted(batches.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
+        rows.append(
+            {
+                "batch": size,
+                "p50_ms": _round(b.get("p50_ms"), 2),
+                "p90_ms": _round(b.get("p90_ms"), 2),
+                "throughput_per_s": _round(b.get("throughput_per_s"), 1),
+                "runs": b.get("runs"),
+            }
+        )
+    size = (result or {}).get("size_bytes")
+    return {
+        "rows": rows,
+        "size_mib": _round(size / MIB, 1) if isinstance(size, (int, float)) else None,
+        "threads": (result or {}).get("threads"),
+        "sequence_length": (result or {}).get("sequence_length"),
+    }
+
+
+def _round(value: Any, digits: int) -> float | None:
+    return round(float(value), digits) if isinstance(value, (int, float)) else None
 
 
 def _batches(latency: dict | None) -> dict:
@@ -48,7 +95,8 @@ def version_rows(versions: list[ModelVersion]) -> list[dict]:
     rows = []
     for v in versions:
         own = ((v.report or {}).get("latency") or {}).get("child")
-        batches = _batches(own or by_parent.get(v.pk) or benchmarks.get(v.pk))
+        # A benchmark job measured this version on its own, after the conversion did: its figures win.
+        batches = _batches(benchmarks.get(v.pk) or own or by_parent.get(v.pk))
         agreement = _agreement(v.report or {}) if v.parent_id else {"metric": "reference", "value": 1.0}
         rows.append(
             {
@@ -78,7 +126,7 @@ def chart_points(rows: list[dict]) -> list[dict]:
             "label": r["label"],
             "latency": r["p50_b8"],
             "agreement": r["agreement"].get("value"),
-            "size_mb": r["size_bytes"] / 1e6,
+            "size_mib": r["size_bytes"] / MIB,
             "precision": r["precision"],
         }
         for r in rows

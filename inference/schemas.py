@@ -4,6 +4,7 @@ from typing import Annotated
 from ninja import Field, Schema
 
 from inference.jobs.registry import KindNameSchema, KindOptionsSchema
+from inference.reports import public_result
 from inference.selectors import deployment_status
 
 
@@ -49,6 +50,10 @@ class ModelVersionOut(Schema):
     @staticmethod
     def resolve_artifacts(obj):
         return list(obj.artifacts.all())
+
+    @staticmethod
+    def resolve_report(obj):
+        return public_result(obj.report or {})
 
 
 class ModelOut(Schema):
@@ -191,6 +196,10 @@ class JobOut(Schema):
     @staticmethod
     def resolve_source(obj):
         return str(obj.source) if obj.source_id else f"upload of {obj.options.get('name', '?')}"
+
+    @staticmethod
+    def resolve_result(obj):
+        return public_result(obj.result or {})  # no server storage paths in what callers see
 
     @staticmethod
     def resolve_output(obj):

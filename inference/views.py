@@ -3,6 +3,7 @@
 import json
 
 from django.contrib import messages
+from django.http import QueryDict
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -12,7 +13,7 @@ from core.forms import form_int
 from inference import selectors
 from inference.jobs.registry import kind_choices
 from inference.models import Device, Region, Task
-from inference.reports import chart_points, version_rows
+from inference.reports import benchmark_table, chart_points, public_result, version_rows
 from inference.services.deployments import (
     DeploymentSpec,
     deployment_create,
@@ -50,11 +51,15 @@ def model_detail(request, membership, name: str):
 @member_required
 def job_detail(request, membership, job_id: int):
     job = team_object_or_404(selectors.job_get, membership=membership, job_id=job_id)
+    result = public_result(job.result or {})
+    figures = benchmark_table(result)
     context = {
         "job": job,
         "can_write": membership.can_write,
-        "options_json": json.dumps(job.options, indent=2),
-        "result_json": json.dumps(job.result, indent=2) if job.result else "",
+        "options_json": json.dumps(public_result(job.options), indent=2),
+        "figures": figures,
+        # Other kinds' results (and what a benchmark holds besides its figures) stay JSON, without paths.
+        "result_json": json.dumps(result, indent=2) if result and not figures else "",
     }
     return render(request, "inference/job_detail.html", context)
 
@@ -121,8 +126,30 @@ def _spec_from_form(post) -> DeploymentSpec:
     )
 
 
+def call_example(base: str, name: str, task: str) -> str:
+    """A curl line that calls deployment `name` the way its kind of model is called."""
+    auth = '-H "Authorization: Bearer $LANTAU_KEY"'
+    if task == Task.FEATURE_EXTRACTION:
+        body = json.dumps({"model": name, "input": ["a sentence to embed"]})
+        return f"curl -s {auth} -H \"Content-Type: application/json\" \\\n  -d '{body}' {base}/v1/embeddings"
+    if task == Task.TEXT_GENERATION:
+        body = json.dumps({"model": name, "messages": [{"role": "user", "content": "Hello!"}]})
+        return f"curl -s {auth} -H \"Content-Type: application/json\" \\\n  -d '{body}' {base}/v1/chat/completions"
+    if task == Task.TEXT_CLASSIFICATION:
+        body = json.dumps({"inputs": ["a sentence to classify"]})
+        return (
+            f'curl -s {auth} -H "Content-Type: application/json" \\\n'
+            f"  -d '{body}' {base}/v1/deployments/{name}/predict"
+        )
+    return (
+        f'curl -s {auth} -H "Content-Type: image/jpeg" \\\n'
+        f"  --data-binary @cat.jpg {base}/v1/deployments/{name}/predict"
+    )
+
+
 @member_required
 def deployment_list(request, membership):
+    form: QueryDict | None = None
     if request.method == "POST":
         try:
             spec = _spec_from_form(request.POST)
@@ -131,8 +158,18 @@ def deployment_list(request, membership):
             return redirect("inference:deployment-list")
         except ApplicationError as exc:
             messages.error(request, exc.message)
+            form = request.POST  # the form comes back with what was typed
+    deployments = list(selectors.deployments_for_team(team=membership.team))
+    base = f"{request.scheme}://{request.get_host()}"
+    examples = [
+        {"name": d.name, "task": d.model_version.model.get_task_display(),
+         "curl": call_example(base, d.name, d.model_version.model.task)}
+        for d in deployments
+    ] or [{"name": "", "task": "Image classification", "curl": call_example(base, "<name>", Task.IMAGE_CLASSIFICATION)}]  # fmt: skip
     context = {
-        "deployments": selectors.deployments_for_team(team=membership.team),
+        "form": form,
+        "examples": examples,
+        "deployments": deployments,
         "versions": selectors.versions_for_team(team=membership.team),
         "regions": Region.choices,
         "devices": Device.choices,

@@ -25,6 +25,7 @@ from inference.conversion.steps import JobCancelled
 from inference.jobs.registry import kind_get
 from inference.live import publish_job
 from inference.models import Job, JobStatus, ModelVersion
+from inference.reports import public_result
 from inference.sandbox import SandboxFailed
 from inference.services.registry import version_discard
 from inference.validation.formats import InvalidModel
@@ -126,7 +127,11 @@ def job_execute(job_id: int) -> str:
         with JobReporter(job) as reporter, tempfile.TemporaryDirectory(prefix=f"lantau-job-{job.pk}-") as tmp:
             outcome = kind().run(job, reporter, Path(tmp))
         return job_finish(
-            job=job, status=JobStatus.SUCCEEDED, result=outcome.result, output=outcome.output, message="done"
+            job=job,
+            status=JobStatus.SUCCEEDED,
+            result=public_result(outcome.result),
+            output=outcome.output,
+            message="done",
         )
     except JobCancelled:
         return job_finish(job=job, status=JobStatus.CANCELLED, message="cancelled; partial output removed")

@@ -6,16 +6,22 @@
     if (!points.length) {
       plot.textContent = "Run a quantization or benchmark job to see latency against agreement here.";
     } else {
+      // Sizes in MiB, as in the versions table. The plot follows its card's width (responsive) and keeps
+      // its labels inside: padded axis ranges and cliponaxis off, so a point at an edge keeps its label.
+      const xs = points.map(p => p.latency), ys = points.map(p => 100 * p.agreement);
+      const xMax = Math.max(...xs), yMin = Math.min(...ys), yMax = Math.max(...ys);
+      const ySpan = Math.max(yMax - yMin, 2);
+      const maxSize = Math.max(...points.map(q => q.size_mib));
       Plotly.newPlot(plot, [{
-        x: points.map(p => p.latency), y: points.map(p => 100 * p.agreement),
-        text: points.map(p => p.label + " (" + p.precision + ", " + p.size_mb.toFixed(1) + " MB)"),
-        mode: "markers+text", textposition: "top center", hoverinfo: "text+x+y",
-        marker: {size: points.map(p => 12 + 30 * Math.sqrt(p.size_mb / Math.max(...points.map(q => q.size_mb)))),
+        x: xs, y: ys,
+        text: points.map(p => p.label + " (" + p.precision + ", " + p.size_mib.toFixed(1) + " MiB)"),
+        mode: "markers+text", textposition: "top center", hoverinfo: "text+x+y", cliponaxis: false,
+        marker: {size: points.map(p => 12 + 24 * Math.sqrt(p.size_mib / maxSize)),
                  color: points.map(p => ({fp32: "#0e7490", fp16: "#7c3aed", int8: "#ea580c"})[p.precision] || "#667085"), opacity: 0.8},
       }], {
-        margin: {t: 20, r: 20, b: 50, l: 60},
-        xaxis: {title: {text: "p50 latency at batch 8 (ms), lower is better"}, rangemode: "tozero"},
-        yaxis: {title: {text: "agreement with parent (%)"}},
+        autosize: true, margin: {t: 30, r: 30, b: 50, l: 55},
+        xaxis: {title: {text: "p50 at batch 8 (ms), lower is better"}, range: [0, xMax * 1.25 || 1], automargin: true},
+        yaxis: {title: {text: "agreement (%)"}, range: [yMin - 0.35 * ySpan, yMax + 0.35 * ySpan], automargin: true},
       }, {displayModeBar: false, responsive: true});
     }
   }

@@ -25,7 +25,9 @@ def test_key_form_refuses_a_malformed_rate_limit_and_creates_no_key(owner_client
 
 def test_key_form_blank_rate_limit_means_unlimited(owner_client, team):
     r = owner_client.post(
-        "/accounts/keys/", {"name": "open", "scopes": ["inference"], "rate_per_s": " ", "burst": ""}
+        "/accounts/keys/",
+        {"name": "open", "scopes": ["inference"], "rate_per_s": " ", "burst": ""},
+        follow=True,
     )
     assert r.status_code == 200 and b"will not be shown again" in r.content
     key = ApiKey.objects.get(team=team)
@@ -42,7 +44,8 @@ def test_key_form_takes_a_well_formed_rate_limit(owner_client, team):
 
 def test_key_form_sets_quotas_deployments_and_expiry_and_the_page_is_not_cached(owner_client, team):
     r = owner_client.post("/accounts/keys/", {"name": "limited", "deployments": "colours, text-a",
-                                              "expires_days": "30", "quota_requests": "1000", "quota_images": ""})  # fmt: skip
+                                              "expires_days": "30", "quota_requests": "1000", "quota_images": ""},
+                          follow=True)  # fmt: skip
     assert r.status_code == 200 and r["Cache-Control"] == "no-store"  # it holds the clear key
     key = ApiKey.objects.get(team=team)
     assert (
@@ -63,3 +66,60 @@ def test_key_form_sets_quotas_deployments_and_expiry_and_the_page_is_not_cached(
 def test_key_form_refuses_bad_limits_and_creates_no_key(owner_client, fields, message):
     page = owner_client.post("/accounts/keys/", {"name": "k", **fields}, follow=True).content.decode()
     assert message in page and not ApiKey.objects.exists()
+
+
+def test_creating_a_key_redirects_and_a_reload_makes_no_second_key(owner_client, team):
+    """The create is answered with a redirect; the clear key is shown on the next page only, not cached."""
+    r = owner_client.post("/accounts/keys/", {"name": "once", "scopes": ["inference"]})
+    assert r.status_code == 302 and r["Location"] == "/accounts/keys/"
+    shown = owner_client.get("/accounts/keys/")
+    assert b"will not be shown again" in shown.content and shown["Cache-Control"] == "no-store"
+    assert b'id="copy-key"' in shown.content
+    reload = owner_client.get("/accounts/keys/")  # what a reload of the shown page does: a GET
+    assert b"will not be shown again" not in reload.content
+    assert ApiKey.objects.filter(team=team).count() == 1
+
+
+def test_key_form_keeps_the_typed_values_after_an_error(owner_client):
+    r = owner_client.post("/accounts/keys/", {"name": "kept name", "rate_per_s": "fast", "deployments": "a, b",
+                                              "scopes": ["manage"]})  # fmt: skip
+    page = r.content.decode()
+    assert r.status_code == 200 and 'value="kept name"' in page and 'value="a, b"' in page
+    assert 'value="manage" checked' in page and 'value="inference" checked' not in page
+
+
+def test_revoked_keys_are_behind_a_filter_and_counts_are_pluralised(owner_client, team):
+    owner_client.post("/accounts/keys/", {"name": "live one", "scopes": ["inference"]})
+    owner_client.post("/accounts/keys/", {"name": "old one", "scopes": ["inference"]})
+    old = ApiKey.objects.get(team=team, name="old one")
+    owner_client.post(f"/accounts/keys/{old.pk}/revoke")
+    page = owner_client.get("/accounts/keys/").content.decode()
+    assert "live one" in page and "old one" not in page and "show 1 revoked key<" in page
+    assert "0 requests" in page and 'data-confirm="Revoke live one' in page
+    every = owner_client.get("/accounts/keys/?revoked=1").content.decode()
+    assert "live one" in every and "old one" in every
+
+
+def test_last_used_comes_from_the_roll_up_or_the_runners_note(owner_client, team):
+    """A used key's last use shows: from the usage table's rolled-up hours, and from Redis before the roll-up."""
+    from datetime import UTC, datetime
+
+    from accounts import keycache
+    from accounts.models import ApiKeyUsage
+
+    owner_client.post("/accounts/keys/", {"name": "rolled", "scopes": ["inference"]})
+    owner_client.post("/accounts/keys/", {"name": "noted", "scopes": ["inference"]})
+    rolled, noted = ApiKey.objects.get(name="rolled"), ApiKey.objects.get(name="noted")
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    ApiKeyUsage.objects.create(api_key=rolled, hour=hour, requests=1)
+    at = datetime(2026, 11, 4, 9, 30, tzinfo=UTC).timestamp()
+    keycache.client().hset(
+        keycache.names().last_use(noted.pk), mapping={"at": f"{at:.3f}", "addr": "192.0.2.7"}
+    )
+    try:
+        page = owner_client.get("/accounts/keys/").content.decode()
+    finally:
+        keycache.client().delete(keycache.names().last_use(noted.pk))
+    assert hour.strftime("%Y-%m-%d") in page and "2026-11-04" in page and "from 192.0.2.7" in page
+    assert "never" not in page.split('id="keys"')[1]
+    assert "1 request<" in page and "1 requests" not in page

@@ -53,19 +53,32 @@ def test_upload_deploy_and_create_key_in_the_browser(page, stack, bea, tmp_path)
     page.wait_for_selector("table a:text-is('browser-colours')")  # the page reloads with the new version
 
     page.click("text=Deployments")
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.fill("#deploy-form input[name=name]", "My Model!")
+    page.click("#deploy-form button[type=submit]")  # Chromium's own check stops it: no request is sent
+    assert page.evaluate("document.querySelector('#deploy-form input[name=name]').validity.patternMismatch")
+    assert "/deployments/" in page.url and page.locator(".flash").count() == 0
+    assert not [e for e in errors if "pattern" in e]  # the pattern compiles with the v flag
     page.fill("#deploy-form input[name=name]", "browser-colours")
     page.click("#deploy-form button[type=submit]")
     assert "created" in page.locator(".flash").first.inner_text()
     # The status cell turns "ready" through the websocket push, without a reload.
     page.wait_for_selector('tr[data-deployment="browser-colours"] .pill.ready', timeout=60000)
+    page.once("dialog", lambda dialog: dialog.dismiss())  # Delete asks first; saying no keeps it
+    page.click('tr[data-deployment="browser-colours"] button:text-is("Delete")')
+    page.wait_for_timeout(300)
+    assert page.locator('tr[data-deployment="browser-colours"]').count() == 1
 
     page.click("text=API keys")
     page.fill("input[name=name]", "from the browser")
     page.click("text=Create key")
     key = page.locator("#new-key-value").inner_text()
     assert re.fullmatch(r"lt_[0-9a-f]{8}_[A-Za-z0-9_-]{43}", key)
-    page.goto(stack.url + "/accounts/keys/")
+    page.locator("#copy-key").wait_for(state="visible")  # keys.js shows it
+    page.reload()  # the create was answered with a redirect: a reload is a GET and makes no second key
     assert page.locator("#new-key-value").count() == 0  # shown once
+    assert page.locator("#keys td:text-is('from the browser')").count() == 1
 
     with stack.client(key) as c:
         r = c.post(
@@ -144,6 +157,9 @@ def test_deployment_page_draws_live_latency_and_throughput(page, stack, bea, tmp
     sign_in(page, stack, bea)
     page.goto(stack.url + "/deployments/live-colours/")
     assert page.locator(".pill.ready").count() >= 1
+    # No traffic yet: an empty state, not a "Jan 2000" axis.
+    assert "Waiting for traffic" in page.locator("#chart-latency .annotation-text").first.text_content()
+    assert "2000" not in " ".join(page.locator("#chart-latency .xtick text").all_text_contents())
     with stack.client(infer) as c:
         for _ in range(30):  # about three seconds of traffic: several per-second summaries
             c.post(
@@ -155,6 +171,48 @@ def test_deployment_page_draws_live_latency_and_throughput(page, stack, bea, tmp
     page.wait_for_selector("#live-state:has-text('Live:')", timeout=20000)
     page.wait_for_selector("#chart-latency .scatterlayer .trace", state="attached", timeout=20000)
     names = page.locator("#chart-latency .legendtext").all_text_contents()  # SVG text has no innerText
-    assert any(n.startswith("p50") for n in names) and any(n.startswith("p99") for n in names)
+    assert [n[:3] for n in names][:3] == ["p50", "p95", "p99"]  # legend in percentile order
+    dashes = page.evaluate(
+        "document.getElementById('chart-latency').data.map(t => t.line.dash + t.line.color)"
+    )
+    assert len(set(dashes)) == len(dashes)  # p95 no longer drawn like p99
     assert page.locator("#chart-throughput .scatterlayer .trace").count() >= 1
+    page.click("#chart-range button:text-is('1 min')")
+    span = page.evaluate(
+        "(() => { const r = document.getElementById('chart-latency').layout.xaxis.range;"
+        " return (new Date(r[1]) - new Date(r[0])) / 1000; })()"
+    )
+    assert 55 <= span <= 65
+    # Scaling up: the new replica's row and the badge follow the status pushes, without a reload.
+    with stack.client(manage) as api:
+        assert api.patch("/api/v1/deployments/live-colours", json={"replicas": 2}).status_code == 200
+    page.wait_for_selector("#replicas tbody tr[data-replica] >> nth=1", timeout=30000)
+    page.wait_for_function("document.querySelectorAll('#replicas .pill.ready').length === 2", timeout=60000)
+    page.wait_for_selector("#deployment-status.ready", timeout=30000)
     page.screenshot(path=str(stack.workdir / "deployment.png"), full_page=True)
+
+
+def test_every_main_page_fits_a_phone_and_a_desktop(browser, stack, bea, tmp_path):
+    """No page scrolls sideways at 390 or 1400 px: wide tables scroll inside their wrapper."""
+    manage = stack.api_key("bea", "manage")
+    with stack.client(manage) as api:
+        v = api.post(
+            "/api/v1/models",
+            files={"file": ("m.onnx", colour_classifier(tmp_path / "m.onnx").read_bytes())},
+            data={"name": "wide-colours", "task": "image-classification", "labels": "\n".join(COLOURS)},
+        ).json()
+        api.post("/api/v1/deployments", json={"name": "wide-colours", "model_version_id": v["id"]})
+    paths = ["/", "/models/", "/models/wide-colours/", "/deployments/", "/deployments/wide-colours/",
+             "/accounts/keys/", "/accounts/team/", "/audit/", "/no-such-page/"]  # fmt: skip
+    for width in (390, 1400):
+        context = browser.new_context(viewport={"width": width, "height": 844})
+        page = context.new_page()
+        page.set_default_timeout(20000)
+        sign_in(page, stack, bea)
+        for path in paths:
+            page.goto(stack.url + path)
+            page.wait_for_load_state("load")
+            page.wait_for_timeout(150)  # let Plotly size its charts
+            fits = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+            assert fits[0] <= fits[1], f"{path} is {fits[0]} px wide at {width}"
+        context.close()
