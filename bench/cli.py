@@ -3,7 +3,10 @@
 Targets: ``raw`` (onnxruntime in-process, the ceiling), ``runner`` (the Lantau runner called
 directly), ``plain`` (a one-request-per-call server over the same session options) and ``gateway``
 (a full console + worker + node stack through ``/v1/``; its replica is also measured directly as
-``stack-runner``). Each line holds: target, model, concurrency, requests, p50_ms, p95_ms, p99_ms,
+``stack-runner``), ``edge`` (``python -m inference.edge`` in front of the ``runner``, measured in
+turns with it; ``bench.edge``) and ``fleet`` (one console answering simulated node agents' heartbeats
+while the management API and pages are used; ``bench.fleet``, heartbeat figures in the common
+fields). Each line holds: target, model, concurrency, requests, p50_ms, p95_ms, p99_ms,
 throughput_rps, errors, mean_batch_size (and cpu_ms_per_request where known). Targets measured
 together take turns in slices (see ``contenders``). Progress and a comparison with the goals go to
 stderr.
@@ -23,10 +26,11 @@ from inference.runner.config import preprocess_pool_size
 
 from . import assets, processes
 from .contenders import HttpContender, RawContender, merge
+from .edge import EdgeBench, compare_with_runner
 from .load import Measurement, Target, result_line
 from .verdict import print_verdict
 
-TARGETS = ("raw", "runner", "plain", "gateway")
+TARGETS = ("raw", "runner", "plain", "gateway", "edge", "fleet")
 FULL_COUNTS = {1: 240, 8: 480, 32: 960}
 QUICK_COUNTS = {1: 8, 8: 24, 32: 64}
 SLICES = 6  # short turns: background load on a shared machine changes within seconds
@@ -46,6 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-queue-delay-ms", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads; 0 = all cores")
     parser.add_argument("--work-dir", type=Path, help="keep models here (reused between runs)")
+    parser.add_argument("--fleet-nodes", type=int, default=200, help="simulated node agents (fleet)")
+    parser.add_argument("--fleet-interval", type=float, default=2.0, help="their heartbeat interval (s)")
+    parser.add_argument("--fleet-duration", type=float, default=40.0, help="the fleet's measured window (s)")
     args = parser.parse_args(argv)
     args.scenarios = _choices(args.scenarios, TARGETS, "--scenarios")
     args.models = _choices(args.models, ("fp32", "int8"), "--models")
@@ -100,6 +107,7 @@ class Bench:
                 if lines["gateway"]["p50_ms"] and lines["stack-runner"]["p50_ms"]:
                     added = round(lines["gateway"]["p50_ms"] - lines["stack-runner"]["p50_ms"], 3)
                 lines["gateway"]["added_p50_ms"] = added
+            compare_with_runner(lines)  # the edge against the runner it fronts (bench.edge)
             for line in lines.values():
                 self.emit(line)
 
@@ -112,9 +120,20 @@ class Bench:
                 contenders.append(
                     RawContender(path, self.args.threads, preprocess_pool_size(), quick=self.args.quick)
                 )
-            if "runner" in self.args.scenarios:
+            if "runner" in self.args.scenarios or "edge" in self.args.scenarios:
                 servers.append(self._start_runner(model, path))
                 contenders.append(self._contender("runner", model, servers[-1], metrics=True))
+            if "edge" in self.args.scenarios:  # in front of that runner, measured in turns with it
+                try:
+                    edge = EdgeBench(self.logs, model, servers[0].url)
+                except Exception as exc:  # no Redis, most likely: report it, keep the other figures
+                    log.warning("edge scenarios skipped: %s", exc)
+                    for concurrency in self.args.concurrency:
+                        self.emit(result_line("edge", model, concurrency, None, skipped=str(exc)[:300]))
+                else:
+                    servers.append(edge)  # type: ignore[arg-type]  # stop() is all this list needs
+                    contender = HttpContender("edge", edge.target(), metrics_url=servers[0].url, pid=edge.pid)
+                    contenders.append(contender)
             if "plain" in self.args.scenarios:
                 command = processes.plain_command(path, threads=self.args.threads)
                 servers.append(processes.start(f"plain-{model}", command, self.logs))
@@ -156,10 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lantau-bench-") as scratch:
         workdir = args.work_dir or Path(scratch)
         workdir.mkdir(parents=True, exist_ok=True)
-        log.info("preparing models in %s", workdir)
-        models = assets.prepare_models(workdir, args.models)
         bench = Bench(args, workdir)
-        if set(args.scenarios) - {"gateway"}:
+        models = {}
+        if set(args.scenarios) - {"fleet"}:
+            log.info("preparing models in %s", workdir)
+            models = assets.prepare_models(workdir, args.models)
+        if set(args.scenarios) - {"gateway", "fleet"}:
             for model, path in models.items():
                 log.info("raw / runner / plain: %s", model)
                 bench.run_model(model, path)
@@ -168,6 +189,13 @@ def main(argv: list[str] | None = None) -> int:
 
             log.info("gateway: starting a console, worker and node agent")
             run_gateway(bench, models)
+        if "fleet" in args.scenarios:
+            from .fleet import FleetOptions, run_fleet
+
+            options = FleetOptions.quick() if args.quick else FleetOptions(
+                nodes=args.fleet_nodes, interval_s=args.fleet_interval, duration_s=args.fleet_duration)  # fmt: skip
+            log.info("fleet: %d simulated node agents against one console", options.nodes)
+            run_fleet(bench, options)
         print_verdict(bench.results)
     log.info("done in %.0f s", time.monotonic() - started)
     return 0

@@ -57,8 +57,21 @@ try:
     SANDBOX_TIMEOUT_S = env_int("LANTAU_SANDBOX_TIMEOUT_S", 3600, minimum=10)
     SANDBOX_FILE_BYTES = env_int("LANTAU_SANDBOX_FILE_BYTES", 16 * 1024**3, minimum=1024**2)
     SANDBOX_USER = env_str("LANTAU_SANDBOX_USER", "nobody")
+    # Validation datasets (issue 12; docs/quantization.md, "Validation datasets"): upload caps.
+    DATASET_MAX_BYTES = env_int("LANTAU_DATASET_MAX_BYTES", 1024**3, minimum=1024)
+    DATASET_MAX_EXPANDED_BYTES = env_int("LANTAU_DATASET_MAX_EXPANDED_BYTES", 4 * 1024**3, minimum=1024)
+    DATASET_MAX_ITEMS = env_int("LANTAU_DATASET_MAX_ITEMS", 20_000, minimum=1)
+    DATASET_MAX_IMAGE_PIXELS = env_int("LANTAU_DATASET_MAX_IMAGE_PIXELS", 40_000_000, minimum=10_000)
     MAX_PREDICT_BYTES = env_int("LANTAU_MAX_PREDICT_BYTES", 10 * 1024**2, minimum=1024)
-    NODE_OFFLINE_AFTER_S = env_int("LANTAU_NODE_OFFLINE_AFTER_S", 30, minimum=2)
+    # Fleet (issue 9; docs/configuration.md, "Nodes"): a node is "Not ready" after this many seconds
+    # without a heartbeat; the sweep looks every NODE_SWEEP_S; a heartbeat writes its node's row at
+    # most every NODE_PERSIST_EVERY_S unless something changed (liveness lives in Redis); blobs no
+    # version, dataset or job uses are deleted once older than BLOB_GC_GRACE_S.
+    NODE_OFFLINE_AFTER_S = env_int("LANTAU_NODE_OFFLINE_AFTER_S", 10, minimum=2)
+    NODE_SWEEP_S = env_int("LANTAU_NODE_SWEEP_S", 2, minimum=1)
+    NODE_PERSIST_EVERY_S = env_int("LANTAU_NODE_PERSIST_EVERY_S", 30, minimum=1)
+    BLOB_GC_GRACE_S = env_int("LANTAU_BLOB_GC_GRACE_S", 24 * 3600, minimum=60)
+    BLOB_GC_EVERY_S = env_int("LANTAU_BLOB_GC_EVERY_S", 3600, minimum=60)
     GATEWAY_TIMEOUT_S = env_int("LANTAU_GATEWAY_TIMEOUT_S", 60, minimum=1)
     # Request limits of the data plane (docs/security.md, "Data plane"); node agents pass them to runners.
     MAX_JSON_DEPTH = env_int("LANTAU_MAX_JSON_DEPTH", 32, minimum=4, maximum=1000)
@@ -71,6 +84,24 @@ try:
         "LANTAU_GATEWAY_MAX_INFLIGHT_PER_DEPLOYMENT", 256, minimum=1
     )
     GATEWAY_MAX_INFLIGHT_PER_TEAM = env_int("LANTAU_GATEWAY_MAX_INFLIGHT_PER_TEAM", 512, minimum=1)
+    # Traffic / regional edge (issue 10; docs/architecture.md, "Edge"): the console's `/v1/` prefers
+    # replicas of this region ("" = none), and route tables are rewritten for edges this often.
+    GATEWAY_REGION = env_str("LANTAU_GATEWAY_REGION", "")
+    ROUTES_REPUBLISH_S = env_int("LANTAU_ROUTES_REPUBLISH_S", 10, minimum=1)
+    # Rollouts (services.rollouts): one whose new replicas show no progress (none more ready) for this
+    # long is rolled back, as one whose new replica fails is at once.
+    ROLLOUT_READY_TIMEOUT_S = env_int("LANTAU_ROLLOUT_READY_TIMEOUT_S", 600, minimum=5)
+    # ... and one whose new replicas answer more than ROLLOUT_MAX_ERROR_PERCENT of at least
+    # ROLLOUT_MIN_REQUESTS requests with 5xx (sampled every ROLLOUT_WATCH_S) too; with ROLLOUT_BAKE_S,
+    # the first new replica serves beside the old ones that long before any old one retires.
+    ROLLOUT_MAX_ERROR_PERCENT = env_int("LANTAU_ROLLOUT_MAX_ERROR_PERCENT", 10, minimum=1, maximum=100)
+    ROLLOUT_MIN_REQUESTS = env_int("LANTAU_ROLLOUT_MIN_REQUESTS", 20, minimum=1)
+    ROLLOUT_WATCH_S = env_int("LANTAU_ROLLOUT_WATCH_S", 2, minimum=1)
+    ROLLOUT_BAKE_S = env_int("LANTAU_ROLLOUT_BAKE_S", 0, minimum=0)
+    # Autoscaling (services.autoscale): celery beat samples the runners' summaries this often and
+    # decides on the samples of the last AUTOSCALE_WINDOW_S.
+    AUTOSCALE_EVERY_S = env_int("LANTAU_AUTOSCALE_EVERY_S", 5, minimum=1)
+    AUTOSCALE_WINDOW_S = env_int("LANTAU_AUTOSCALE_WINDOW_S", 30, minimum=1)
     APIKEY_CACHE_TTL_S = env_int("LANTAU_APIKEY_CACHE_TTL_S", 0, minimum=0)  # 0: until revoked
     # API-key secrets (docs/security.md, "API keys"): both default to HKDF of SECRET_KEY, so the quick
     # start writes nothing new; set them explicitly to rotate SECRET_KEY without breaking keys.
@@ -93,6 +124,10 @@ try:
     HSTS_SECONDS = env_int("LANTAU_HSTS_SECONDS", 31_536_000 if HTTPS else 0, minimum=0)
     HSTS_PRELOAD = env_bool("LANTAU_HSTS_PRELOAD", False)
     CSP_ENABLED = env_bool("LANTAU_CSP", True)
+    # Playground (issue 11; docs/configuration.md): lifetime of the short-lived key the console mints for
+    # the signed-in person's browser, and how many of them one person may hold per team at once.
+    PLAYGROUND_KEY_TTL_S = env_int("LANTAU_PLAYGROUND_KEY_TTL_S", 600, minimum=60, maximum=3600)
+    PLAYGROUND_KEYS_PER_PERSON = env_int("LANTAU_PLAYGROUND_KEYS_PER_PERSON", 5, minimum=1, maximum=100)
 except ConfigError as exc:
     _fail(str(exc))
 
@@ -109,6 +144,7 @@ INSTALLED_APPS = [
     "console",
     "accounts",
     "inference",
+    "evalsets",  # validation datasets (issue 12)
 ]
 
 MIDDLEWARE = [
@@ -215,9 +251,16 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ROUTES = {"inference.tasks.job_run": {"queue": "jobs"}}
 CELERY_WORKER_CONCURRENCY = WORKER_CONCURRENCY
 CELERY_BEAT_SCHEDULE = {
-    "node-sweep": {"task": "inference.tasks.nodes_sweep", "schedule": 10.0},
+    "node-sweep": {"task": "inference.tasks.nodes_sweep", "schedule": NODE_SWEEP_S * 1.0},
+    "blobs-collect": {"task": "inference.tasks.blobs_collect", "schedule": BLOB_GC_EVERY_S * 1.0},
     "deployments-reconcile": {"task": "inference.tasks.deployments_reconcile_all", "schedule": 15.0},
+    "rollouts-watch": {"task": "inference.tasks.rollouts_watch", "schedule": ROLLOUT_WATCH_S * 1.0},
+    "deployments-autoscale": {
+        "task": "inference.tasks.deployments_autoscale",
+        "schedule": AUTOSCALE_EVERY_S * 1.0,
+    },
     "jobs-reap": {"task": "inference.tasks.jobs_reap", "schedule": 10.0},
+    "routes-publish": {"task": "inference.tasks.routes_publish_all", "schedule": ROUTES_REPUBLISH_S * 1.0},
     "api-keys-sync": {"task": "accounts.tasks.api_keys_sync", "schedule": 60.0},
     "api-key-usage-rollup": {"task": "accounts.tasks.api_key_usage_rollup", "schedule": USAGE_ROLLUP_S * 1.0},
 }

@@ -14,6 +14,14 @@ Writers and readers:
   ``<p>:ratelimit:<key_id>``     token bucket shared by runners and the gateway (runner.ratelimit)
   ``<p>:metrics:<deployment>``   pub/sub channel: runners publish each second; the console's websocket reads
   ``<p>:metrics:last:<deployment>:<replica>``  the last summary per replica (runners SET, console SCANs)
+  ``<p>:routes``                 hash of signed route entries by deployment (contract.routes): the console
+                                 writes (inference.routes_publish), edges read
+  ``<p>:routes:changed``         pub/sub: a deployment's name (or ``*``) after its entry changed
+  ``<p>:nodes:seen``             sorted set node name -> last heartbeat (unix s): the console ZADDs on each
+                                 heartbeat and its sweep reads it (liveness without a PostgreSQL write)
+  ``<p>:nodes:inventory:<node>`` the node's last reported inventory, JSON (console SETs with a TTL)
+  ``<p>:nodestats:<node>``       recent heartbeat figures of one node, a capped list (console RPUSHes on
+                                 each heartbeat; the node page's websocket back-fills charts from it)
 """
 
 from __future__ import annotations
@@ -62,6 +70,21 @@ class RedisKeys:
 
     def metrics_last(self, deployment: str, replica: str) -> str:
         return f"{self.prefix}:metrics:last:{deployment}:{replica}"
+
+    def nodes_seen(self) -> str:
+        return f"{self.prefix}:nodes:seen"
+
+    def node_inventory(self, node: str) -> str:
+        return f"{self.prefix}:nodes:inventory:{node}"
+
+    def node_stats(self, node: str) -> str:
+        return f"{self.prefix}:nodestats:{node}"
+
+    def routes(self) -> str:
+        return f"{self.prefix}:routes"
+
+    def routes_channel(self) -> str:
+        return f"{self.prefix}:routes:changed"
 
     def metrics_last_pattern(self, deployment: str) -> str:
         """SCAN pattern for every replica's last summary of ``deployment``."""

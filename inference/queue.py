@@ -14,6 +14,10 @@ DEPLOYMENTS_RECONCILE_ALL = "inference.tasks.deployments_reconcile_all"
 NODES_SWEEP = "inference.tasks.nodes_sweep"
 JOB_RUN = "inference.tasks.job_run"
 JOBS_REAP = "inference.tasks.jobs_reap"
+BLOBS_COLLECT = "inference.tasks.blobs_collect"
+ROUTES_PUBLISH_ALL = "inference.tasks.routes_publish_all"  # edges' route tables (issue 10)
+DEPLOYMENTS_AUTOSCALE = "inference.tasks.deployments_autoscale"  # celery beat (issue 10)
+ROLLOUTS_WATCH = "inference.tasks.rollouts_watch"  # celery beat (issue 10)
 
 
 def enqueue(name: str, *args: object) -> None:

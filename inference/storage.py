@@ -104,7 +104,11 @@ def stage_file(path: Path, *, max_bytes: int) -> StagedFile:
 def commit(staged: StagedFile) -> tuple[Path, bool]:
     """Move a staged file into the store. Returns (path, created); an existing identical blob is kept."""
     final = blob_path(staged.sha256)
-    if final.exists():
+    try:
+        os.utime(final)  # a reused blob counts as new for the collector's grace period (services.blobs)
+    except FileNotFoundError:
+        pass
+    else:
         staged.discard()
         return final, False
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,10 @@ fi
 
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "ensure_browser: installing chromium for the browser tests (one time)..."
+    # A package run cut off earlier leaves dpkg "interrupted" and apt refusing to install: finish it first.
+    DEBIAN_FRONTEND=noninteractive dpkg --configure -a >/dev/null 2>&1 || true
     apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -f install -y -qq >/dev/null 2>&1 || true
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
     echo "ensure_browser: chromium installed at $CHROMIUM"
 else

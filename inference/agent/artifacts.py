@@ -1,4 +1,9 @@
-"""Fetch a version's files from the console into a local cache, verifying each SHA-256."""
+"""Fetch a version's files from the console into a local cache, verifying each SHA-256.
+
+The cache holds one folder per model version (``v<id>``) and one folder of hard links per replica
+(``replicas/r<id>``). It is bounded (``--cache-max-bytes``): ``evict`` removes the least recently used
+versions that no replica on this node runs, and the folders of replicas that are gone.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,9 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -14,6 +21,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from contract.manifest import MANIFEST_NAME, ModelManifest
+
+LAST_USED = ".last-used"  # its mtime: when a replica last used the version (least recently used first)
 
 
 class ArtifactError(Exception):
@@ -68,6 +77,7 @@ def prepare(client: httpx.Client, cache_dir: Path, desired: dict[str, Any]) -> P
             continue
         _fetch(client, artifact["url"], artifact["sha256"], dest)
         marker.write_text(artifact["sha256"])
+    (folder / LAST_USED).touch()
     replica_dir = cache_dir / "replicas" / f"r{desired['id']}"
     replica_dir.mkdir(parents=True, exist_ok=True)
     for artifact in desired["artifacts"]:
@@ -83,3 +93,54 @@ def prepare(client: httpx.Client, cache_dir: Path, desired: dict[str, Any]) -> P
         manifest = dataclasses.replace(manifest, labels=tuple(json.loads(labels.read_text())))
     (replica_dir / MANIFEST_NAME).write_text(manifest.to_json())
     return replica_dir
+
+
+def _version_id(folder: Path) -> int | None:
+    name = folder.name
+    return int(name[1:]) if name.startswith("v") and name[1:].isdigit() else None
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+def cache_bytes(cache_dir: Path) -> int:
+    """Bytes held by cached versions (replica folders are hard links to them and add nothing)."""
+    return sum(_folder_bytes(f) for f in cache_dir.iterdir() if f.is_dir() and _version_id(f) is not None)
+
+
+def _last_used(folder: Path) -> float:
+    try:
+        return (folder / LAST_USED).stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def evict(
+    cache_dir: Path, max_bytes: int, *, versions_in_use: set[int], replicas_alive: set[int]
+) -> list[int]:
+    """Keep the cache under ``max_bytes``: remove the folders of replicas not alive, then versions no
+    replica uses, least recently used first; a version in use is never removed (the cache may then stay
+    above the bound). Return the removed version ids."""
+    replicas = cache_dir / "replicas"
+    if replicas.is_dir():
+        for folder in replicas.iterdir():
+            rid = folder.name[1:]
+            if folder.is_dir() and rid.isdigit() and int(rid) not in replicas_alive:
+                shutil.rmtree(folder, ignore_errors=True)
+    for part in cache_dir.glob("v*/.part-*"):  # downloads cut short by a killed agent
+        if time.time() - part.stat().st_mtime > 3600:
+            part.unlink(missing_ok=True)
+    folders = [f for f in cache_dir.iterdir() if f.is_dir() and _version_id(f) is not None]
+    total = sum(_folder_bytes(f) for f in folders)
+    evicted: list[int] = []
+    for folder in sorted(folders, key=_last_used):
+        if total <= max_bytes:
+            break
+        version = _version_id(folder)
+        if version is None or version in versions_in_use:
+            continue
+        total -= _folder_bytes(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        evicted.append(version)
+    return evicted

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import json
 import logging
 import os
+import platform
+import re
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import FrameType
@@ -28,106 +33,190 @@ class ReplicaReport(TypedDict):
     state: ReplicaState
     url: NotRequired[str]
     error: NotRequired[str]
+    gpu_memory_bytes: NotRequired[int]  # measured after load (NVML), for GPU replicas
+
+
+class JoinError(Exception):
+    """The console refused the join token (used, expired or unknown) or could not be reached."""
 
 
 class Agent:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.console = args.console.rstrip("/")
-        self.http = httpx.Client(
-            base_url=self.console,
-            headers={"Authorization": f"Bearer {args.node_token}"},
-            timeout=httpx.Timeout(30.0, connect=5.0),
-        )
-        self.probe = httpx.Client(timeout=1.0)
-        self.cache = Path(args.data_dir).resolve() / "cache"
+        self.data_dir = Path(args.data_dir).resolve()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.http = httpx.Client(base_url=self.console, timeout=httpx.Timeout(30.0, connect=5.0))
+        if args.node_token is None:
+            args.node_token = self.join()
+        self.use_token(args.node_token)
+        self.cache = self.data_dir / "cache"
         self.cache.mkdir(parents=True, exist_ok=True)
-        self.runners: dict[int, supervisor.RunnerProcess] = {}
-        self.failed: dict[int, str] = {}
+        policy = supervisor.Policy(
+            probe_timeout_s=args.probe_timeout, hang_probes=args.hang_probes,
+            start_timeout_s=args.start_timeout, max_attempts=args.max_restarts,
+            backoff_s=args.restart_backoff,
+        )  # fmt: skip
+        self.runners = supervisor.Supervisor(
+            self.data_dir, bind_host=args.bind_host, advertise_host=args.advertise_host,
+            threads=args.threads, redis_url=args.redis, policy=policy,
+        )  # fmt: skip
         self.stopping = False
+        self.heartbeat_at: float | None = None
 
-    def reports(self) -> list[ReplicaReport]:
-        out: list[ReplicaReport] = [
-            {"id": rid, "state": ReplicaState.FAILED, "error": err} for rid, err in self.failed.items()
-        ]
-        for rid, proc in self.runners.items():
-            if proc.process.poll() is not None:
-                self.failed[rid] = proc.error()
-                out.append({"id": rid, "state": ReplicaState.FAILED, "error": self.failed[rid]})
-            elif supervisor.check_ready(proc, self.probe):
-                out.append({"id": rid, "state": ReplicaState.READY, "url": proc.url})
-            else:
-                out.append({"id": rid, "state": ReplicaState.STARTING})
-        for rid in list(self.runners):
-            if rid in self.failed:
-                del self.runners[rid]
-        return out
+    # -- credentials ---------------------------------------------------------------------------
+    def use_token(self, token: str) -> None:
+        self.token = token
+        self.http.headers["Authorization"] = f"Bearer {token}"
+
+    def join(self) -> str:
+        """Exchange the single-use join token for this node's credential, stored 0600 in the data dir."""
+        name = self.args.name or platform.node().split(".")[0].lower()
+        body = {"join_token": self.args.join_token, "name": name, "region": self.args.region,
+                "labels": self.args.labels}  # fmt: skip
+        try:
+            answer = self.http.post("/api/v1/nodes/join", json=body)
+        except httpx.HTTPError as exc:
+            raise JoinError(f"cannot reach the console to join: {exc}") from None
+        if answer.status_code not in (200, 201):
+            raise JoinError(f"the console refused to join: HTTP {answer.status_code} {answer.text[:300]}")
+        token = answer.json().get("node_token")
+        if not isinstance(token, str) or not token:
+            raise JoinError("the console's join answer holds no node_token")
+        store_secret(self.data_dir / NODE_TOKEN_FILE, token)
+        log.info(
+            "joined the console as node %s; credential stored in %s", name, self.data_dir / NODE_TOKEN_FILE
+        )
+        return token
+
+    def rotate(self) -> None:
+        """Ask for a new credential (the console said so), store it atomically, then use it."""
+        answer = self.http.post("/api/v1/nodes/credential")
+        if answer.status_code != 200:
+            log.warning("credential rotation refused: HTTP %s %s", answer.status_code, answer.text[:200])
+            return
+        token = answer.json().get("node_token")
+        if not isinstance(token, str) or not token:
+            log.warning("credential rotation answered no node_token")
+            return
+        target = Path(self.args.token_file) if self.args.token_file else self.data_dir / NODE_TOKEN_FILE
+        store_secret(target, token)
+        if target != self.data_dir / NODE_TOKEN_FILE and (self.data_dir / NODE_TOKEN_FILE).exists():
+            store_secret(self.data_dir / NODE_TOKEN_FILE, token)
+        self.use_token(token)
+        log.info("node credential rotated; stored in %s", target)
+
+    def _stored_token(self) -> str | None:
+        """The credential in the data dir when it differs from the one in use (rotated since the
+        environment or flag that started this agent was written)."""
+        try:
+            stored = read_secret_file(str(self.data_dir / NODE_TOKEN_FILE), "node token")
+        except SecretError:
+            return None
+        return stored if stored != self.token else None
+
+    # -- the loop ------------------------------------------------------------------------------
+    def inventory(self) -> dict[str, Any]:
+        facts: dict[str, Any] = {**inventory.collect(self.data_dir), "labels": self.args.labels}
+        # The console pins the advertised host at the first heartbeat and accepts replica URLs only on it.
+        facts["advertise_host"] = self.args.advertise_host
+        self.runners.gpu_uuids = {gpu["index"]: gpu["uuid"] for gpu in facts["gpus"] if gpu.get("uuid")}
+        return facts
 
     def beat(self) -> list[dict[str, Any]]:
-        # The console pins the advertised host at the first heartbeat and accepts replica URLs only on it.
-        facts = {**inventory.collect(), "advertise_host": self.args.advertise_host}
-        payload = {"region": self.args.region, "inventory": facts, "replicas": self.reports()}
-        response = self.http.post("/api/v1/nodes/heartbeat", json=payload)
+        payload = {
+            "region": self.args.region,
+            "inventory": self.inventory(),
+            "replicas": self.runners.reports(),
+        }
+        response = self.http.post("/api/v1/nodes/heartbeat", json=payload, timeout=HEARTBEAT_TIMEOUT)
+        if response.status_code == 401 and (stored := self._stored_token()) is not None:
+            log.info("the console refused this credential; using the one stored in the data dir")
+            self.use_token(stored)
+            response = self.http.post("/api/v1/nodes/heartbeat", json=payload)
         if response.status_code != 200:
             raise RuntimeError(f"heartbeat refused: HTTP {response.status_code} {response.text[:200]}")
-        desired: list[dict[str, Any]] = response.json()["replicas"]  # the console's desired replicas
+        body = response.json()
+        if body.get("rotate_credential") is True:
+            self.rotate()
+        desired: list[dict[str, Any]] = body["replicas"]  # the console's desired replicas
         return desired
 
     def converge(self, desired: list[dict[str, Any]]) -> None:
         wanted = {d["id"]: d for d in desired}
-        for rid in list(self.runners):
-            if rid not in wanted:
-                log.info("stopping runner for replica %s", rid)
-                supervisor.stop(self.runners.pop(rid))
-        self.failed = {rid: err for rid, err in self.failed.items() if rid in wanted}
+        self.runners.unwanted(set(wanted))
+        fetched = False
         for rid, spec in wanted.items():
-            if rid in self.runners or rid in self.failed:
+            if self.runners.has(rid, spec):
                 continue
             if spec.get("error"):  # the console could not build a valid manifest for this version
-                self.failed[rid] = f"cannot serve this version: {spec['error']}"
+                self.runners.fail(rid, f"cannot serve this version: {spec['error']}")
                 continue
             try:
                 model_dir = artifacts.prepare(self.http, self.cache, spec)
+                fetched = True
             except ManifestError as exc:
-                self.failed[rid] = f"cannot serve this version: {exc}"
+                self.runners.fail(rid, f"cannot serve this version: {exc}")
                 continue
             except (artifacts.ArtifactError, httpx.HTTPError, OSError) as exc:
-                self.failed[rid] = f"could not fetch the model: {exc}"
+                self.runners.fail(rid, f"could not fetch the model: {exc}")
                 continue
-            log.info("starting runner for replica %s (%s)", rid, spec["deployment"])
-            self.runners[rid] = supervisor.start(
-                spec,
-                model_dir,
-                bind_host=self.args.bind_host,
-                advertise_host=self.args.advertise_host,
-                threads=self.args.threads,
-                redis_url=self.args.redis,
-            )
+            self.runners.ensure(spec, model_dir)
+        if fetched or not wanted:
+            alive = set(self.runners.replicas) | set(self.runners.orphans)
+            evicted = artifacts.evict(
+                self.cache, self.args.cache_max_bytes,
+                versions_in_use=self.runners.versions_in_use(), replicas_alive=alive,
+            )  # fmt: skip
+            if evicted:
+                log.info("cache over %d bytes: evicted versions %s", self.args.cache_max_bytes, evicted)
 
     def run(self) -> int:
         log.info(
             "node agent for %s (region %s) talking to %s", self.args.name, self.args.region, self.console
         )
         while not self.stopping:
+            started = time.monotonic()
             try:
+                self.runners.tick()
                 self.converge(self.beat())
+                self.heartbeat_at = time.time()
             except (httpx.HTTPError, RuntimeError) as exc:
                 log.warning("console unreachable or refused: %s", exc)
-            for _ in range(int(self.args.interval * 10)):
+            if time.monotonic() - started > max(5.0, 3 * self.args.interval):
+                log.warning("slow heartbeat round: %.1f s", time.monotonic() - started)
+            self.write_state()
+            for _ in range(max(1, int(self.args.interval * 10))):
                 if self.stopping:
                     break
                 time.sleep(0.1)
         self.shutdown()
         return 0
 
+    def write_state(self) -> None:
+        """``<data_dir>/agent-state.json``: this agent's pid, its last answered heartbeat and its runners."""
+        state = {"pid": os.getpid(), "heartbeat_at": self.heartbeat_at, **self.runners.state()}
+        path = self.data_dir / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps(state))
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", path, exc)
+
     def shutdown(self) -> None:
-        for proc in self.runners.values():
-            supervisor.stop(proc)
-        self.runners.clear()
+        """A clean stop (SIGTERM/SIGINT) stops the runners; a killed agent leaves them to be adopted."""
+        self.runners.stop_all()
 
 
 TOKEN_ENV = "LANTAU_NODE_TOKEN"
+JOIN_ENV = "LANTAU_JOIN_TOKEN"
 REDIS_ENV = "LANTAU_REDIS_URL"
+HEARTBEAT_TIMEOUT = httpx.Timeout(15.0, connect=5.0)
+STATE_FILE = "agent-state.json"  # in the data dir: what this agent runs, rewritten every round
+NODE_TOKEN_FILE = "node-token"  # in the data dir: the credential the join gave (or a rotation)
+_LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 class SecretError(Exception):
@@ -150,6 +239,35 @@ def read_secret_file(path: str, what: str) -> str:
     return text.splitlines()[0].strip()
 
 
+def store_secret(path: Path, secret: str) -> None:
+    """Write a secret atomically: a 0600 temporary file beside ``path``, synced, then renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secret + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """``gpu=a10,tier=edge`` as a dict; argparse turns the ValueError into a one-line usage error."""
+    labels: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        key, value = key.strip().lower(), value.strip()
+        if not sep or not _LABEL_RE.match(key) or not _LABEL_VALUE_RE.match(value):
+            raise argparse.ArgumentTypeError(
+                f"label {item!r} is not key=value (letters, digits, '.', '_', '-'; at most 63 each)"
+            )
+        labels[key] = value
+    return labels
+
+
 def _secret(file: str | None, env: str, flag_value: str | None, what: str, flag: str) -> str | None:
     """A secret from its file, else its environment variable, else the deprecated command-line flag."""
     if file:
@@ -164,10 +282,22 @@ def _secret(file: str | None, env: str, flag_value: str | None, what: str, flag:
 
 
 def resolve_secrets(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill ``node_token`` and ``redis`` from files, the environment or (deprecated) flags."""
+    """Fill ``node_token`` (or ``join_token``) and ``redis`` from files, the environment or (deprecated)
+    flags. The node token comes from --token-file, else LANTAU_NODE_TOKEN, else the credential a join
+    stored in the data dir; with none of these a join token (--join-token-file or LANTAU_JOIN_TOKEN)
+    is exchanged for one at start."""
     args.node_token = _secret(args.token_file, TOKEN_ENV, args.token, "node token", "--token")
+    stored = Path(args.data_dir) / NODE_TOKEN_FILE
+    if args.node_token is None and stored.exists():
+        args.node_token = read_secret_file(str(stored), "node token")
+    args.join_token = None
     if args.node_token is None:
-        raise SecretError(f"no node token: set {TOKEN_ENV} or pass --token-file (a 0600 file)")
+        args.join_token = _secret(args.join_token_file, JOIN_ENV, None, "join token", "--join-token")
+    if args.node_token is None and args.join_token is None:
+        raise SecretError(
+            f"no node token: set {TOKEN_ENV} or pass --token-file (a 0600 file), or join with a join "
+            f"token ({JOIN_ENV} or --join-token-file)"
+        )
     args.redis = _secret(args.redis_url_file, REDIS_ENV, args.redis_url, "Redis URL", "--redis-url")
     args.bind_host = args.bind_host or args.advertise_host  # listen only where the gateway connects
     return args
@@ -178,8 +308,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--console", required=True, help="console URL, e.g. http://127.0.0.1:8000")
     parser.add_argument("--token-file", help=f"file (mode 0600) holding the node token; else env {TOKEN_ENV}")
     parser.add_argument("--token", help=argparse.SUPPRESS)  # deprecated: visible in `ps`
+    parser.add_argument(
+        "--join-token-file",
+        help=f"file (mode 0600) holding a single-use join token, exchanged at the first start for the "
+        f"node's credential (stored in <data-dir>/{NODE_TOKEN_FILE}); else env {JOIN_ENV}",
+    )
     parser.add_argument("--region", required=True, choices=["hk", "us"])
-    parser.add_argument("--name", default="", help="for logs only; the token decides which node this is")
+    parser.add_argument(
+        "--name", default="", help="the node's name when joining (default: the host name); else for logs"
+    )
+    parser.add_argument(
+        "--labels", type=parse_labels, default={}, help="placement labels, e.g. gpu=a10,tier=edge"
+    )
     parser.add_argument("--data-dir", default="var/node")
     parser.add_argument(
         "--bind-host", default=None, help="address runners listen on (default: --advertise-host)"
@@ -195,6 +335,31 @@ def build_parser() -> argparse.ArgumentParser:
         f"live metrics; else env {REDIS_ENV}; without either, runners accept only the gateway",
     )
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)  # deprecated: its password shows in `ps`
+    policy = supervisor.Policy()
+    parser.add_argument(
+        "--cache-max-bytes", type=int, default=20 * 2**30,
+        help="bound of the model cache; least recently used versions no replica runs are evicted",
+    )  # fmt: skip
+    parser.add_argument(
+        "--probe-timeout", type=float, default=policy.probe_timeout_s,
+        help="seconds a runner's /readyz may take to answer a probe",
+    )  # fmt: skip
+    parser.add_argument(
+        "--hang-probes", type=int, default=policy.hang_probes,
+        help="failed probes in a row after which a runner counts as hung and is restarted",
+    )  # fmt: skip
+    parser.add_argument(
+        "--start-timeout", type=float, default=policy.start_timeout_s,
+        help="seconds a runner may take to become ready before it is restarted",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-restarts", type=int, default=policy.max_attempts,
+        help="starts of one replica before it is reported failed (the console then replaces it)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--restart-backoff", type=float, default=policy.backoff_s,
+        help="seconds before the first restart of a crashed or hung runner, doubled for each further one",
+    )  # fmt: skip
     return parser
 
 
@@ -211,7 +376,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    agent = Agent(parse_args(argv))
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <agent>` writes every thread's stack to its log
+    try:
+        agent = Agent(parse_args(argv))
+    except JoinError as exc:
+        log.error("%s", exc)
+        return 2
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         agent.stopping = True

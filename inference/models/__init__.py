@@ -1,6 +1,6 @@
 from inference.models.deployments import Deployment, DesiredState, Device, Region, Replica, ReplicaState
 from inference.models.jobs import Job, JobKind, JobLogLine, JobStatus
-from inference.models.nodes import Node, NodeStatus
+from inference.models.nodes import GpuFootprint, JoinToken, Node, NodeMode, NodeStatus
 from inference.models.registry import Artifact, ModelFormat, ModelVersion, RegisteredModel, Task
 
 __all__ = [
@@ -14,7 +14,10 @@ __all__ = [
     "JobStatus",
     "ModelFormat",
     "ModelVersion",
+    "GpuFootprint",
+    "JoinToken",
     "Node",
+    "NodeMode",
     "NodeStatus",
     "Region",
     "RegisteredModel",

@@ -31,6 +31,7 @@ class JobKind(StrEnum):
     EXPORT_ONNX = "export_onnx"
     EVALUATE = "evaluate"
     BENCHMARK = "benchmark"
+    QUANTIZE_WEIGHTS = "quantize_weights"
 
 
 class JobStatus(models.TextChoices):

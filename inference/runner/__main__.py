@@ -46,7 +46,13 @@ def load_model(state: State) -> Batcher:
     config, manifest = state.config, state.manifest
     if manifest.task == TEXT_GENERATION:
         return load_text_generation(state)  # type: ignore[return-value]  # a scheduler with the batcher lifecycle
-    engine = Engine(manifest.model_path, config.threads, config.spinning)
+    engine = Engine(
+        manifest.model_path,
+        config.threads,
+        config.spinning,
+        device=config.device,
+        trt_cache_dir=config.trt_cache_dir,
+    )
     pipeline = build_pipeline(manifest, engine, config.limits.image_pixels)
     max_batch = min(config.max_batch_size, pipeline.fixed_batch or config.max_batch_size)
     pipeline.warmup(max_batch)

@@ -14,6 +14,9 @@ from contract.redis_keys import DEFAULT_PREFIX, PREFIX_ENV, RedisKeys
 
 from .errors import ConfigError
 
+# The runner's --device (engine.providers_for); the agent always names one.
+DEVICES = ("auto", "cpu", "cuda", "tensorrt")
+
 __all__ = [
     "MANIFEST_NAME",
     "Manifest",
@@ -94,6 +97,8 @@ class RunnerConfig:
     spinning: bool = False  # let onnxruntime's threads busy-wait (lower latency on dedicated cores)
     redis_prefix: str = DEFAULT_PREFIX  # the install's namespace in Redis (contract.redis_keys)
     limits: RequestLimits = RequestLimits()
+    device: str = "auto"  # cpu, cuda or tensorrt: the execution providers (engine.providers_for)
+    trt_cache_dir: Path | None = None  # TensorRT engine cache, one per model version and GPU
 
     @property
     def redis_keys(self) -> RedisKeys:
@@ -162,6 +167,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--spinning", action="store_true", help="let onnxruntime threads busy-wait (dedicated cores only)"
     )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        choices=DEVICES,
+        help="cpu, cuda (then CPU for missing operators) or tensorrt (then CUDA, then CPU); a GPU device "
+        "this onnxruntime lacks is an error, never a silent CPU run; auto = the best available",
+    )
+    parser.add_argument(
+        "--trt-cache-dir", type=Path, default=None, help="TensorRT engine cache folder (--device tensorrt)"
+    )
     defaults = RequestLimits()
     for flag, (name, text) in LIMIT_FLAGS.items():
         parser.add_argument(
@@ -196,6 +211,8 @@ def parse_args(argv: list[str] | None = None) -> RunnerConfig:
         spinning=args.spinning,
         redis_prefix=args.redis_prefix,
         limits=RequestLimits(**{name: getattr(args, name) for name, _ in LIMIT_FLAGS.values()}),
+        device=args.device,
+        trt_cache_dir=args.trt_cache_dir,
     )
 
 

@@ -67,12 +67,20 @@ def runner_env(
     redis_url: str | None = None,
     replica: str | None = None,
     base: Mapping[str, str] | None = None,
+    visible_gpus: str | None = None,
 ) -> dict[str, str]:
     """The allowlisted part of the launching process's environment (``INHERITED_ENV``), plus the runner
-    settings given; secrets travel here, never on the command line, where ``ps`` shows them."""
+    settings given; secrets travel here, never on the command line, where ``ps`` shows them.
+
+    ``visible_gpus`` pins the runner to GPUs (``CUDA_VISIBLE_DEVICES``: a GPU's UUID or NVML index, ""
+    for none), overriding what the launcher inherited; indexes are then counted in PCI bus order, as NVML
+    counts them, not CUDA's default fastest-first order."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if inherited(k)}
     given = {"LANTAU_RUNNER_TOKEN": token, "LANTAU_REDIS_URL": redis_url, "LANTAU_REPLICA_ID": replica}
     env.update({k: v for k, v in given.items() if v})
+    if visible_gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_gpus
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -170,6 +178,24 @@ class RunnerProcess:
                 self._signal(signal.SIGKILL)
                 self.process.wait(5)
         return self.process.returncode
+
+
+def start_detached(command: list[str], *, env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``command`` in its own session with all its output appended to ``log_path``: it outlives
+    the launcher (the node agent adopts it after a restart) and never writes into a pipe nobody reads.
+    Its listening line is found in that file (``listening_port``)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log_file:
+        return subprocess.Popen(
+            command, env=dict(env), stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def listening_port(lines: list[str]) -> int | None:
+    """The port of the last listening line among ``lines`` (a detached runner's log)."""
+    ports = [port for port in map(parse_listening, lines) if port is not None]
+    return ports[-1] if ports else None
 
 
 def start(

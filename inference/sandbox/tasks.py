@@ -21,6 +21,8 @@ from inference.conversion.export import export_onnx
 from inference.conversion.graph import convert_fp16, optimize_graph
 from inference.conversion.quantize import quantize_dynamic_int8, quantize_static_int8
 from inference.conversion.steps import Progress
+from inference.conversion.tuning import TuningRun, parse_targets, tune
+from inference.conversion.weight_only import quantize_and_compare
 from inference.validation.formats import InvalidModel, sniff
 from inference.validation.onnx_model import check_task, inspect_onnx
 
@@ -100,13 +102,49 @@ def compare(args: Args, progress: Progress) -> dict[str, Any]:
         parent,
         child,
         task,
+        _path(args.get("dataset")),
         preprocessing=args.get("preprocessing"),
         tokenizer=_path(args.get("tokenizer")),
+        labels=args.get("labels"),
         limit=int(args["limit"]),
         progress=scaled(progress, 0, 50),
     )
     latency = compare_latency(parent, child, task, runs=int(args["runs"]), progress=scaled(progress, 50, 100))
     return as_json({"agreement": agreement, "latency": latency})
+
+
+def tune_int8(args: Args, progress: Progress) -> dict[str, Any]:
+    """Accuracy-aware INT8 tuning of ``model``: trials in out/, the kept one named by the report's ``file``."""
+    run = TuningRun(
+        model=Path(args["model"]),
+        out=Path(args["out"]),
+        task=str(args["task"]),
+        mode=str(args["mode"]),
+        preprocessing=args.get("preprocessing"),
+        tokenizer=_path(args.get("tokenizer")),
+        dataset=_path(args.get("dataset")),
+        limit=int(args["limit"]),
+        labels=args.get("labels"),
+    )
+    targets = parse_targets(list(args["targets"]))
+    report = tune(
+        run, list(args["candidates"]), targets, max_trials=int(args["max_trials"]), progress=progress
+    )
+    return as_json(report)
+
+
+def quantize_weights(args: Args, progress: Progress) -> dict[str, Any]:
+    """Weight-only INT4/INT8 of a causal LM to ``dst``, compared with its source (size, speed, perplexity)."""
+    report = quantize_and_compare(
+        Path(args["model"]),
+        Path(args["dst"]),
+        tokenizer=Path(args["tokenizer"]),
+        texts=_path(args.get("texts")),
+        limit=int(args["limit"]),
+        options=dict(args["options"]),
+        progress=progress,
+    )
+    return as_json(report)
 
 
 def time_model(args: Args, progress: Progress) -> dict[str, Any]:
@@ -151,6 +189,8 @@ TASKS: dict[str, Callable[[Args, Progress], dict[str, Any]]] = {
     "check_upload": check_upload,
     "export": export,
     "convert": convert,
+    "quantize_weights": quantize_weights,
+    "tune_int8": tune_int8,
     "compare": compare,
     "benchmark": time_model,
     "confinement": confinement,

@@ -112,4 +112,24 @@ def jobs_reap() -> int:
                 job.refresh_from_db()
                 job.log_lines.create(progress=job.progress, message="worker lost: job failed")
                 publish_job(job)
-    return reaped
+    return reaped + jobs_requeue_lost()
+
+
+QUEUED_RESEND_S = 30
+
+
+def jobs_requeue_lost() -> int:
+    """Send again the message of jobs queued for a while: one lost to a broker or database restart
+    between the commit and a worker's claim would otherwise stay "queued" for ever. A duplicate is
+    harmless (`job_claim` lets exactly one message run a job); `heartbeat_at`, unused while queued,
+    spaces the resends out."""
+    cutoff = timezone.now() - timedelta(seconds=QUEUED_RESEND_S)
+    stale = Job.objects.filter(status=JobStatus.QUEUED, created_at__lt=cutoff).exclude(
+        heartbeat_at__gte=cutoff
+    )
+    resent = 0
+    for job_id in list(stale.values_list("pk", flat=True)[:100]):
+        if Job.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(heartbeat_at=timezone.now()):
+            queue.job_run_later(job_id)
+            resent += 1
+    return resent

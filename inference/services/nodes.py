@@ -1,28 +1,55 @@
-"""Node registration, heartbeats and the sweep that notices silent nodes."""
+"""Node registration, heartbeats and the sweep that notices silent nodes.
+
+Joining with a join token is in
+``inference.services.node_join``; the operator's lifecycle actions (cordon, drain, remove) are at
+the end of this module.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
 import re
 import secrets
-from datetime import timedelta
+import time
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from accounts.keyhash import verify_key_text
+from accounts.models import Membership, Team
+from accounts.permissions import permission_require, role_allows
 from accounts.services import audit_record
 from contract.generation import GenerationSpec
 from contract.manifest import ManifestError, ModelManifest, Preprocessing, Task
 from contract.replicas import REPORTABLE
-from core.errors import Conflict, ValidationFailed
-from inference import queue
-from inference.live import publish_deployment_status
-from inference.models import Deployment, ModelVersion, Node, NodeStatus, Region, Replica, ReplicaState
+from core.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from core.live import publish
+from inference import liveness, queue
+from inference.live import (
+    NODE_STATS_KEEP,
+    NODE_STATS_TTL_S,
+    node_stats_group,
+    node_stats_payload,
+    publish_deployment_status,
+)
+from inference.models import (
+    Artifact,
+    Deployment,
+    GpuFootprint,
+    ModelVersion,
+    Node,
+    NodeMode,
+    NodeStatus,
+    Region,
+    Replica,
+    ReplicaState,
+)
+from inference.services.rollouts import IN_PROGRESS, spec_digest
 
 log = logging.getLogger("lantau.nodes")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -105,41 +132,79 @@ def _desired_manifest(replica: Replica) -> dict:
         return {"manifest": None, "error": str(exc)}
 
 
-def desired_for(node: Node) -> list[dict]:
-    replicas = (
-        Replica.objects.filter(node=node)
-        .select_related("deployment", "model_version__model")
-        .prefetch_related("model_version__artifacts")
-    )
+# A version, its files and a deployment's name never change once committed, so what heartbeats send
+# about them is computed once per console process (a heartbeat then reads one row per replica).
+_CACHE_MAX = 4096
+_manifests: dict[tuple[int, int], dict] = {}  # (deployment id, version id) -> _desired_manifest
+_files: dict[int, list[dict]] = {}  # version id -> its artifacts as the agent downloads them
+
+
+def _manifest_of(replica: Replica) -> dict:
+    key = (replica.deployment_id, replica.model_version_id)
+    entry = _manifests.get(key)
+    if entry is None:
+        if len(_manifests) >= _CACHE_MAX:
+            _manifests.clear()
+        entry = _manifests[key] = _desired_manifest(replica)
+    return entry
+
+
+def _files_of(version_id: int) -> list[dict]:
+    files = _files.get(version_id)
+    if files is None:
+        if len(_files) >= _CACHE_MAX:
+            _files.clear()
+        rows = Artifact.objects.filter(version_id=version_id).order_by("pk")
+        files = _files[version_id] = [
+            {"filename": a.filename, "sha256": a.sha256, "size": a.size_bytes,
+             "url": f"/api/v1/nodes/artifacts/{a.sha256}"}
+            for a in rows
+        ]  # fmt: skip
+    return files
+
+
+def _replicas_of(node: Node) -> list[Replica]:
+    return list(Replica.objects.filter(node=node).select_related("deployment"))
+
+
+def desired_for(node: Node, replicas: list[Replica] | None = None) -> list[dict]:
+    """The replicas the node should run, as its agent reads them (see docs/api.md, heartbeat)."""
+    replicas = _replicas_of(node) if replicas is None else replicas
     out = []
     for r in replicas:
-        artifacts = [
-            {
-                "filename": a.filename,
-                "sha256": a.sha256,
-                "size": a.size_bytes,
-                "url": f"/api/v1/nodes/artifacts/{a.sha256}",
-            }
-            for a in r.model_version.artifacts.all()
-        ]
         out.append(
             {
                 "id": r.pk,
                 "deployment": r.deployment.name,
                 "version_id": r.model_version_id,
-                "artifacts": artifacts,
-                **_desired_manifest(r),
-                "device": r.deployment.device,
-                "batching": {
-                    "max_batch_size": r.deployment.max_batch_size,
-                    "max_queue_delay_ms": r.deployment.max_queue_delay_ms,
-                },
+                "artifacts": _files_of(r.model_version_id),
+                **_manifest_of(r),
+                "gpu_index": r.gpu_index,  # the agent pins CUDA_VISIBLE_DEVICES to it
+                **_runs_with(r),
                 "runner_token": runner_token(r.pk),
                 "redis_prefix": settings.REDIS_PREFIX,
                 "limits": runner_limits(),
             }
         )
     return out
+
+
+def _runs_with(replica: Replica) -> dict:
+    """The device and batching ``replica`` was started with: its deployment's now, except for an
+    outdated replica while an update rolls out, which keeps the settings rolled from (``rollout["from"]``)
+    until the reconciler replaces it; else the agent would restart every old runner in place at once."""
+    d = replica.deployment
+    now = {"device": d.device, "max_batch_size": d.max_batch_size, "max_queue_delay_ms": d.max_queue_delay_ms}
+    rollout = d.rollout or {}
+    before = (
+        rollout.get("from")
+        if rollout.get("state") == IN_PROGRESS and rollout.get("kind") != "canary"
+        else None
+    )
+    if isinstance(before, dict) and replica.spec and replica.spec != spec_digest(d, replica.model_version_id):
+        now = {k: before.get(k, v) for k, v in now.items()}
+    batching = {"max_batch_size": now["max_batch_size"], "max_queue_delay_ms": now["max_queue_delay_ms"]}
+    return {"device": now["device"], "batching": batching}
 
 
 def runner_limits() -> dict[str, int]:
@@ -189,27 +254,66 @@ def _pinned_inventory(node: Node, inventory: dict) -> dict:
     return {**inventory, ADVERTISE_HOST: reported.lower()}
 
 
-def node_heartbeat(*, node: Node, region: str, inventory: dict, replicas: list[dict]) -> list[dict]:
-    """Record the node's inventory and its replicas' actual state; answer with the desired replicas."""
+# Inventory fields whose change is worth a PostgreSQL write (the rest, such as load, only go to Redis).
+_STATIC_FIELDS = ("cpus", "memory_bytes", "providers", "hostname", ADVERTISE_HOST)
+
+
+def inventory_fingerprint(inventory: dict) -> str:
+    """What of an inventory matters to placement and pages; GPU free memory counted in whole GiB."""
+    gpus: list = inventory["gpus"] if isinstance(inventory.get("gpus"), list) else []
+    parts: list = [inventory.get(k) for k in _STATIC_FIELDS]
+    for gpu in gpus:
+        if isinstance(gpu, dict):
+            free = gpu.get("memory_free")
+            parts.append((gpu.get("index"), gpu.get("uuid"), gpu.get("name"), gpu.get("memory_total"),
+                          int(free) >> 30 if isinstance(free, int | float) else None))  # fmt: skip
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def node_heartbeat(*, node: Node, region: str, inventory: dict, replicas: list[dict]) -> dict:
+    """Record the node's inventory and its replicas' actual state; answer with the desired replicas.
+
+    Liveness and the fresh inventory go to Redis (``inference.liveness``). PostgreSQL is written only
+    when something changed: the node comes back, its inventory changed meaningfully, a replica's
+    state changed, or LANTAU_NODE_PERSIST_EVERY_S passed since the row's last write.
+    """
     if region != node.region:
         raise Conflict(f"this node token belongs to region {node.region!r}, not {region!r}")
-    was_offline = node.status == NodeStatus.OFFLINE
+    now = time.time()
+    pinned = _pinned_inventory(node, inventory)
+    figures = node_stats_payload(node.name, pinned, now)
+    group = node_stats_group(node.name)
+    stats = liveness.Stats(
+        json.dumps(figures, separators=(",", ":")), NODE_STATS_KEEP, NODE_STATS_TTL_S, group
+    )
+    remembered = liveness.remember(node.name, pinned, now, stats)
+    kept = remembered.kept
+    came_back = node.status != NodeStatus.ONLINE
+    last = node.last_heartbeat_at.timestamp() if node.last_heartbeat_at else 0.0
+    due = not kept or now - last >= settings.NODE_PERSIST_EVERY_S
+    rows = _replicas_of(node)
     with transaction.atomic():
-        node.inventory = _pinned_inventory(node, inventory)
-        node.last_heartbeat_at = timezone.now()
-        if node.status == NodeStatus.OFFLINE:
-            node.status = NodeStatus.ONLINE
-        node.save(update_fields=["inventory", "last_heartbeat_at", "status"])
+        if came_back or due or inventory_fingerprint(pinned) != inventory_fingerprint(node.inventory):
+            node.inventory, node.status = pinned, NodeStatus.ONLINE
+            node.last_heartbeat_at = datetime.fromtimestamp(now, tz=UTC)
+            Node.objects.filter(pk=node.pk).update(
+                inventory=pinned, status=NodeStatus.ONLINE, last_heartbeat_at=node.last_heartbeat_at
+            )
+        by_id = {r.pk: r for r in rows}
         for report in replicas:
-            _apply_report(node, report)
-    if was_offline:
+            _apply_report(node, by_id, report)
+        if remembered.watched:  # a node page is open: push the figures to it
+            publish(group, "node_stats", dict(figures))
+    if came_back:  # its replicas were re-placed while it was away: converge, never duplicate
+        log.info("node %s is ready again", node.name)
         _reconcile_all_later()
-    return desired_for(node)
+    return {"replicas": desired_for(node, rows), "rotate_credential": node.rotate_requested}
 
 
-def _apply_report(node: Node, report: dict) -> None:
+def _apply_report(node: Node, rows: dict[int, Replica], report: dict) -> None:
     state, replica_id = report.get("state"), report.get("id")
-    if state not in REPORTABLE or replica_id is None:  # no replica has a null pk: nothing would match
+    replica = rows.get(replica_id) if isinstance(replica_id, int) else None
+    if state not in REPORTABLE or replica is None:  # not this node's replica (or gone): nothing to do
         return
     url = str(report.get("url") or "")[:200]
     if url and not replica_url_allowed(node, url):
@@ -217,18 +321,40 @@ def _apply_report(node: Node, report: dict) -> None:
                     replica_id, url)  # fmt: skip
         url = ""  # the gateway only routes to replicas with a URL: this one gets no traffic
     fields = {"state": state, "url": url, "error": str(report.get("error") or "")[:2000]}
-    changed = Replica.objects.filter(node=node, pk=replica_id).exclude(**fields).update(**fields)
+    measured = report.get("gpu_memory_bytes")
+    if state == ReplicaState.READY and isinstance(measured, int) and measured > 0:
+        _footprint_record(node, replica, measured)
+    if all(getattr(replica, k) == v for k, v in fields.items()):
+        return  # the usual heartbeat: nothing changed, nothing written
+    changed = Replica.objects.filter(node=node, pk=replica.pk).exclude(**fields).update(**fields)
+    for key, value in fields.items():
+        setattr(replica, key, value)
     if not changed:
         return
-    deployment = Deployment.objects.filter(replica_set__pk=replica_id).first()
-    if deployment is None:
-        return
+    deployment = replica.deployment
     publish_deployment_status(deployment)
-    if state in (
-        ReplicaState.FAILED,
-        ReplicaState.READY,
-    ):  # replace the failed; retire old versions once ready
+    if state in (ReplicaState.FAILED, ReplicaState.READY):  # replace the failed; roll on once ready
         queue.deployment_reconcile_later(deployment.pk)
+
+
+_FOOTPRINTS_SEEN: set[int] = set()  # replicas whose footprint this process recorded already
+
+
+def _footprint_record(node: Node, replica: Replica, measured: int) -> None:
+    """Remember what a GPU replica took at first load, per version, GPU kind, device and batch size."""
+    if replica.gpu_index is None or replica.pk in _FOOTPRINTS_SEEN:
+        return
+    gpus = [g for g in node.inventory.get("gpus") or [] if isinstance(g, dict)]
+    name = next((str(g.get("name")) for g in gpus if g.get("index") == replica.gpu_index), "")
+    deployment = replica.deployment
+    GpuFootprint.objects.update_or_create(
+        model_version_id=replica.model_version_id,
+        gpu_name=name[:128],
+        device=deployment.device,
+        max_batch_size=deployment.max_batch_size,
+        defaults={"bytes": measured},
+    )
+    _FOOTPRINTS_SEEN.add(replica.pk)
 
 
 def _reconcile_all_later() -> None:
@@ -236,10 +362,105 @@ def _reconcile_all_later() -> None:
 
 
 def nodes_sweep() -> int:
-    """Mark nodes silent for longer than LANTAU_NODE_OFFLINE_AFTER_S offline and re-place their replicas."""
-    cutoff = timezone.now() - timedelta(seconds=settings.NODE_OFFLINE_AFTER_S)
-    silent = Node.objects.exclude(status=NodeStatus.OFFLINE).filter(last_heartbeat_at__lt=cutoff)
-    count = silent.update(status=NodeStatus.OFFLINE)
+    """Mark nodes not heard from for LANTAU_NODE_OFFLINE_AFTER_S not ready; their replicas get re-placed.
+
+    The last heartbeat is the later of Redis's (every beat) and the row's (every few beats), so a
+    flushed Redis does not take every node down, and a stopped Redis still lets silent nodes go.
+    """
+    cutoff = time.time() - settings.NODE_OFFLINE_AFTER_S
+    seen = liveness.seen_all()
+    silent = []
+    for pk, name, at in Node.objects.filter(status=NodeStatus.ONLINE).values_list(
+        "pk", "name", "last_heartbeat_at"
+    ):
+        if max(seen.get(name, 0.0), at.timestamp() if at else 0.0) < cutoff:
+            silent.append(pk)
+    count = Node.objects.filter(pk__in=silent, status=NodeStatus.ONLINE).update(status=NodeStatus.OFFLINE)
     if count:
+        log.info("%d node(s) not ready: no heartbeat for %ss", count, settings.NODE_OFFLINE_AFTER_S)
         _reconcile_all_later()
     return count
+
+
+# ---- operators' lifecycle actions (C2's node page buttons and the API call these) ----------------
+
+
+def node_require_manager(*, actor, team: Team | None = None) -> None:
+    """Refuse people whose role lacks ``node.manage`` (owners and admins): in ``team`` when given (the
+    API's current team), else in any of their teams. Nodes serve the whole install."""
+    if team is not None:
+        permission_require(team=team, user=actor, action="node.manage")
+        return
+    if actor is not None and getattr(actor, "is_superuser", False):
+        return
+    roles = set(Membership.objects.filter(user=actor).values_list("role", flat=True)) if actor else set()
+    if not any(role_allows(role, "node.manage") for role in roles):
+        shown = ", ".join(sorted(roles)) or "none"
+        raise Forbidden(f"your role ({shown}) does not allow node.manage")
+
+
+def node_get(*, name: str) -> Node:
+    node = Node.objects.filter(name=name).first()
+    if node is None:
+        raise NotFound(f"node {name!r} not found")
+    return node
+
+
+def _mode_set(*, actor, node: Node, mode: str, team: Team | None) -> Node:
+    node_require_manager(actor=actor, team=team)
+    with transaction.atomic():
+        before = Node.objects.select_for_update().get(pk=node.pk).mode
+        Node.objects.filter(pk=node.pk).update(mode=mode)
+        node.mode = mode
+        audit_record(team=None, actor=actor, action=f"node.{mode}" if mode != NodeMode.ACTIVE else "node.uncordon",
+                     target=node.name, before={"mode": before}, after={"mode": mode})  # fmt: skip
+        _reconcile_all_later()
+    return node
+
+
+def node_cordon(*, actor, node: Node, team: Team | None = None) -> Node:
+    """No new replicas on the node; the ones there keep serving."""
+    return _mode_set(actor=actor, node=node, mode=NodeMode.CORDONED, team=team)
+
+
+def node_uncordon(*, actor, node: Node, team: Team | None = None) -> Node:
+    """The node takes new replicas again (ends a cordon or a drain)."""
+    return _mode_set(actor=actor, node=node, mode=NodeMode.ACTIVE, team=team)
+
+
+def node_drain(*, actor, node: Node, team: Team | None = None) -> Node:
+    """Move the node's replicas elsewhere: each is removed only once its replacement is ready."""
+    return _mode_set(actor=actor, node=node, mode=NodeMode.DRAINING, team=team)
+
+
+def node_remove(*, actor, node: Node, team: Team | None = None) -> None:
+    """Forget the node: its credential stops working and its replicas are placed elsewhere at once
+    (drain first to move them without failed requests). It may join again under the same name."""
+    node_require_manager(actor=actor, team=team)
+    with transaction.atomic():
+        name = node.name
+        Node.objects.filter(pk=node.pk).delete()  # its replicas go with it
+        audit_record(team=None, actor=actor, action="node.remove", target=name)
+        _reconcile_all_later()
+    transaction.on_commit(lambda: liveness.forget(name))
+
+
+def node_rotate_request(*, actor, node: Node, team: Team | None = None) -> Node:
+    """Ask the node's agent (in its next heartbeat answer) to exchange its credential for a new one."""
+    node_require_manager(actor=actor, team=team)
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(rotate_requested=True)
+        node.rotate_requested = True
+        audit_record(team=None, actor=actor, action="node.rotate", target=node.name)
+    return node
+
+
+def node_credential_rotate(*, node: Node) -> str:
+    """A new credential for the calling node; the one it authenticated with stops working."""
+    token = f"ltn_{secrets.token_urlsafe(32)}"
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(
+            token_prefix=token[:12], token_hash=token_hash(token), rotate_requested=False
+        )
+        audit_record(team=None, actor=None, action="node.credential", target=node.name)
+    return token

@@ -30,7 +30,7 @@ def quick_lines(tmp_path_factory) -> list[dict]:
 
 def test_quick_bench_prints_a_complete_line_for_every_target_model_and_concurrency(quick_lines) -> None:
     seen = {(line["target"], line["model"], line["concurrency"]) for line in quick_lines}
-    for target in ("raw", "runner", "plain", "gateway", "stack-runner"):
+    for target in ("raw", "runner", "plain", "gateway", "stack-runner", "edge"):
         for model in ("fp32", "int8"):
             for concurrency in (1, 8, 32):
                 assert (target, model, concurrency) in seen, (target, model, concurrency)
@@ -41,7 +41,23 @@ def test_quick_bench_prints_a_complete_line_for_every_target_model_and_concurren
 def test_quick_bench_lines_hold_numbers_and_no_failed_requests(quick_lines) -> None:
     for line in quick_lines:
         assert "skipped" not in line, line["skipped"]
+        if line["target"] == "fleet":
+            continue  # heartbeats have no batches: checked below
         assert line["errors"] == 0, line
         assert line["requests"] > 0 and line["throughput_rps"] > 0
         assert 0 < line["p50_ms"] <= line["p95_ms"] <= line["p99_ms"]
         assert line["mean_batch_size"] >= 1
+
+
+def test_quick_fleet_line_holds_heartbeats_pages_and_postgres_writes(quick_lines) -> None:
+    """Simulated agents joined with join tokens, got replicas placed and heartbeat with their
+    credentials; the API and pages answered; liveness did not write the node table per heartbeat."""
+    (fleet,) = [line for line in quick_lines if line["target"] == "fleet"]
+    assert "skipped" not in fleet, fleet["skipped"]
+    assert fleet["errors"] == fleet["api_errors"] == fleet["page_errors"] == 0, fleet.get("error_samples")
+    assert fleet["requests"] >= fleet["concurrency"] and fleet["throughput_rps"] > 0
+    assert 0 < fleet["p50_ms"] <= fleet["p95_ms"] <= fleet["p99_ms"]
+    assert fleet["replicas"] == fleet["concurrency"] * 2  # the quick fleet: two replicas per node
+    assert fleet["api_requests"] > 0 and fleet["page_requests"] > 0
+    assert fleet["api_p95_ms"] > 0 and fleet["page_p95_ms"] > 0
+    assert fleet["node_row_writes"] < fleet["requests"] and fleet["writes_avoided"] > 0

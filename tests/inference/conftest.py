@@ -35,3 +35,18 @@ def node_us_gpu(db):
 @pytest.fixture
 def node_hk_offline(db):
     return hardware.node_hk_offline()
+
+
+@pytest.fixture
+def node_hk_a10_24g(db):
+    return hardware.node_hk_a10_24g()
+
+
+@pytest.fixture
+def node_hk_a10_busy(db):
+    return hardware.node_hk_a10_busy()
+
+
+@pytest.fixture
+def node_hk_two_t4(db):
+    return hardware.node_hk_two_t4()

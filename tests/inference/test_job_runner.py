@@ -86,3 +86,15 @@ def test_external_data_folders_are_linked_once_per_content(colour_version, tmp_p
     assert storage.linked_folder(artifacts) == folder
     assert {p.name for p in folder.iterdir()} == {a.filename for a in artifacts}
     assert Path(folder / "model.onnx").read_bytes() == storage.blob_path(colour_version.sha256).read_bytes()
+
+
+def test_a_job_left_queued_is_sent_again_spaced_out_and_still_runs_once(owner, team, colour_version):
+    from inference.services.jobs import jobs_requeue_lost
+
+    lost = job_start(team=team, actor=owner, source=colour_version, kind="benchmark", options={})
+    fresh = job_start(team=team, actor=owner, source=colour_version, kind="benchmark", options={})
+    Job.objects.filter(pk=lost.pk).update(created_at=timezone.now() - timedelta(minutes=2))
+    assert jobs_requeue_lost() == 1  # only the old one: its message may have been lost
+    assert jobs_requeue_lost() == 0  # not again until the resend interval has passed
+    assert Job.objects.get(pk=fresh.pk).heartbeat_at is None
+    assert job_claim(lost.pk) is not None and job_claim(lost.pk) is None  # a duplicate message runs nothing

@@ -1,17 +1,28 @@
 """The node agent's side of the management API: heartbeat, desired state, artifact download."""
 
 import hashlib
+import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from inference.models import Node, Replica
+from inference import liveness
+from inference.models import GpuFootprint, Node, Replica
 from inference.services.deployments import DeploymentSpec, deployment_create, deployment_reconcile
 from inference.services.nodes import node_token_create, nodes_sweep, runner_token
+from tests.support.hardware import A10
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _no_heartbeats_remembered(db):
+    for name in ("hk-1", "us-1"):
+        liveness.forget(name)
 
 
 @pytest.fixture
@@ -19,10 +30,10 @@ def node_token(db):
     return node_token_create(name="hk-1", region="hk")[1]
 
 
-def beat(token, replicas=(), region="hk"):
+def beat(token, replicas=(), region="hk", inventory=None):
     return Client().post(
         "/api/v1/nodes/heartbeat",
-        {"region": region, "inventory": {"cpus": 2}, "replicas": list(replicas)},
+        {"region": region, "inventory": inventory or {"cpus": 2}, "replicas": list(replicas)},
         content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {token}",
     )
@@ -89,7 +100,68 @@ def test_silent_nodes_are_swept_offline_and_their_replicas_replaced(node_token, 
     )
     deployment_reconcile(d.pk)
     Node.objects.filter(name="hk-1").update(last_heartbeat_at=timezone.now() - timedelta(minutes=5))
+    assert nodes_sweep() == 0  # Redis heard it a moment ago: the stale row does not matter
+    liveness.remember("hk-1", {}, time.time() - 300)
     assert nodes_sweep() == 1
     assert Node.objects.get(name="hk-1").status == "offline"
     deployment_reconcile(d.pk)
     assert Replica.objects.count() == 0  # nowhere to go: no other node is online
+
+
+def test_a_steady_heartbeat_writes_no_node_row(node_token):
+    assert beat(node_token).status_code == 200  # first beat: the node comes online (a write)
+    with CaptureQueriesContext(connection) as queries:
+        assert beat(node_token).status_code == 200
+    writes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith(("UPDATE", "INSERT"))]
+    assert writes == []
+    assert "hk-1" in liveness.seen_all()
+
+
+def test_a_changed_inventory_is_written_and_a_returning_node_comes_back(node_token):
+    beat(node_token)
+    beat(node_token, inventory={"cpus": 2, "gpus": [A10], "providers": ["CUDAExecutionProvider"]})
+    node = Node.objects.get(name="hk-1")
+    assert node.inventory["gpus"][0]["name"] == "NVIDIA A10"
+    Node.objects.filter(pk=node.pk).update(status="offline")
+    beat(node_token)
+    assert Node.objects.get(name="hk-1").status == "online"
+    assert Node.objects.filter(name="hk-1").count() == 1
+
+
+def test_gpu_replicas_carry_their_gpu_and_report_their_footprint(node_token, owner, team, colour_version):
+    gpu_inventory = {"cpus": 2, "gpus": [A10], "providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
+    beat(node_token, inventory=gpu_inventory)
+    d = deployment_create(
+        team=team,
+        actor=owner,
+        spec=DeploymentSpec(name="colours", model_version_id=colour_version.pk, device="cuda"),
+    )
+    deployment_reconcile(d.pk)
+    spec = beat(node_token, inventory=gpu_inventory).json()["replicas"][0]
+    assert (spec["device"], spec["gpu_index"]) == ("cuda", 0)
+    report = {
+        "id": spec["id"],
+        "state": "ready",
+        "url": "http://127.0.0.1:9999",
+        "gpu_memory_bytes": 123456789,
+    }
+    beat(node_token, [report], inventory=gpu_inventory)
+    footprint = GpuFootprint.objects.get(model_version=colour_version)
+    assert (footprint.gpu_name, footprint.device, footprint.bytes) == ("NVIDIA A10", "cuda", 123456789)
+
+
+def test_rotation_is_asked_in_the_heartbeat_and_the_old_credential_stops(node_token, owner_client):
+    beat(node_token)
+    assert beat(node_token).json()["rotate_credential"] is False
+    assert owner_client.post("/api/v1/nodes/hk-1/rotate").status_code == 200
+    assert beat(node_token).json()["rotate_credential"] is True
+    r = Client().post("/api/v1/nodes/credential", HTTP_AUTHORIZATION=f"Bearer {node_token}")
+    assert r.status_code == 200
+    new = r.json()["node_token"]
+    assert (
+        new != node_token
+        and Node.objects.get(name="hk-1").token_hash == hashlib.sha256(new.encode()).hexdigest()
+    )
+    assert beat(node_token).status_code == 401
+    assert beat(new).json()["rotate_credential"] is False
+    assert Client().post("/api/v1/nodes/credential").status_code == 401

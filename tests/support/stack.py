@@ -6,6 +6,8 @@ so it never touches the in-process test database. Everything is reached over HTT
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -22,18 +24,40 @@ from tests.support.ports import free_port
 REPO = Path(__file__).resolve().parents[2]
 
 
+def runner_pids(data_dir: Path) -> list[int]:
+    """Live runner processes a node agent with this data dir started, found by their output file
+    (``<data_dir>/runners/<replica>.log``, their stdout), whichever agent started or adopted them."""
+    logs = str(data_dir.resolve() / "runners") + os.sep
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            target = os.readlink(entry / "fd" / "1")
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if target.startswith(logs) and state not in ("Z", "X"):
+            pids.append(int(entry.name))
+    return sorted(pids)
+
+
 def _with_db(url: str, name: str) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path="/" + name))
 
 
 class Stack:
+    _started = 0  # stacks made in this process: each gets its own database and Redis prefix
+
     def __init__(self, workdir: Path) -> None:
+        Stack._started += 1
+        tag = f"{os.getpid()}_{Stack._started}"  # the session's stack and a module's own must not collide
         self.workdir = workdir
         self.logs = workdir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         base_db = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-        self.db_name = f"lantau_e2e_{os.getpid()}"
+        self.db_name = f"lantau_e2e_{tag}"
         self.admin_url = base_db
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -47,10 +71,19 @@ class Stack:
             "LANTAU_DATA_DIR": str(workdir / "data"),
             "LANTAU_NODE_OFFLINE_AFTER_S": "6",
             "LANTAU_JOB_HEARTBEAT_STALE_S": "8",
-            "LANTAU_REDIS_PREFIX": f"e2e{os.getpid()}",  # parallel test sessions must not steal each other's tasks
+            # Short windows for tests/rollouts: autoscaling (only deployments with it on) and rollouts
+            # (the first new replica serves beside the old ones for a while, watched for errors).
+            "LANTAU_AUTOSCALE_EVERY_S": "1",
+            "LANTAU_AUTOSCALE_WINDOW_S": "5",
+            "LANTAU_ROLLOUT_WATCH_S": "1",
+            "LANTAU_ROLLOUT_BAKE_S": "12",
+            "LANTAU_ROLLOUT_MIN_REQUESTS": "3",
+            "LANTAU_REDIS_PREFIX": f"e2e{tag}",  # parallel test sessions must not steal each other's tasks
             "PYTHONUNBUFFERED": "1",
         }
         self.procs: dict[str, subprocess.Popen] = {}
+        self.nodes: dict[str, tuple[list[str], dict[str, str]]] = {}  # name -> (command, env) to restart it
+        self._join_admin = False
 
     # -- lifecycle -------------------------------------------------------------------------------
     def _admin(self, sql: str) -> None:
@@ -61,6 +94,12 @@ class Stack:
         self._admin(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
         self._admin(f'CREATE DATABASE "{self.db_name}"')
         self.manage("migrate", "--noinput")
+        self.start_console(wait=False)
+        self.start_worker()
+        self.wait_http("/readyz")
+
+    def start_console(self, wait: bool = True) -> None:
+        """The console (daphne) on ``self.port``; after ``kill("console")`` it comes back on the same URL."""
         self.spawn(
             "console",
             [
@@ -74,8 +113,8 @@ class Stack:
                 "console.asgi:application",
             ],
         )
-        self.start_worker()
-        self.wait_http("/readyz")
+        if wait:
+            self.wait_http("/readyz")
 
     def start_worker(self) -> None:
         self.spawn(
@@ -99,20 +138,91 @@ class Stack:
             ],
         )
 
-    def start_node(self, name: str = "local", region: str = "hk") -> None:
-        # Room for every deployment the end-to-end tests leave on the shared stack (tiny models, idle runners).
-        token = (
-            self.manage("create_node_token", "--name", name, "--region", region, "--max-replicas", "32")
-            .strip()
-            .splitlines()[-1]
-        )
+    def start_node(
+        self,
+        name: str = "local",
+        region: str = "hk",
+        *,
+        labels: dict[str, str] | None = None,
+        join: bool = False,
+        args: tuple[str, ...] = (),
+    ) -> None:
+        """Start the node agent ``name`` with its own data dir (``node_dir``). It gets a node token
+        from ``create_node_token``, or with ``join`` a single-use join token it exchanges for its
+        credential at start (stored in its data dir, so ``restart_node`` needs no token)."""
+        if join:
+            env = {"LANTAU_JOIN_TOKEN": self.join_token(region, labels or {})}
+        else:
+            # Room for every deployment the end-to-end tests leave on the shared stack (tiny models, idle runners).
+            token = (
+                self.manage("create_node_token", "--name", name, "--region", region, "--max-replicas", "32")
+                .strip()
+                .splitlines()[-1]
+            )
+            env = {"LANTAU_NODE_TOKEN": token}
         # Secrets travel in the environment, as in production: nothing secret on the command line.
-        self.spawn(
-            f"node-{name}",
-            [sys.executable, "-m", "inference.agent", "--console", self.url, "--region", region, "--name", name,
-             "--interval", "0.5", "--threads", "1", "--data-dir", str(self.workdir / f"node-{name}")],
-            env={"LANTAU_NODE_TOKEN": token, "LANTAU_REDIS_URL": self.env["REDIS_URL"]},
-        )  # fmt: skip
+        env["LANTAU_REDIS_URL"] = self.env["REDIS_URL"]
+        command = [sys.executable, "-m", "inference.agent", "--console", self.url, "--region", region,
+                   "--name", name, "--interval", "0.5", "--threads", "1", "--data-dir", str(self.node_dir(name)),
+                   *(["--labels", ",".join(f"{k}={v}" for k, v in labels.items())] if labels else []), *args]  # fmt: skip
+        self.nodes[name] = (command, env if not join else {"LANTAU_REDIS_URL": env["LANTAU_REDIS_URL"]})
+        self.spawn(f"node-{name}", command, env=env)
+
+    def node_dir(self, name: str) -> Path:
+        return self.workdir / f"node-{name}"
+
+    def _fleet_admin(self) -> None:
+        """The owner the fleet helpers act as (``fleet-admin``), made once."""
+        if not self._join_admin:
+            self.user("fleet-admin", "fleet-ops", "owner")
+            self._join_admin = True
+
+    def join_token(self, region: str, labels: dict[str, str]) -> str:
+        """A single-use join token made by an owner (``inference.services.node_join``), as an operator would."""
+        self._fleet_admin()
+        code = (
+            "from django.contrib.auth import get_user_model\n"
+            "from inference.services.node_join import join_token_create\n"
+            "actor = get_user_model().objects.get(username='fleet-admin')\n"
+            f"print(join_token_create(actor=actor, region={region!r}, labels={labels!r})[1])\n"
+        )
+        return self.manage("shell", "-c", code).strip().splitlines()[-1]
+
+    def rotate_credential(self, name: str) -> None:
+        """An operator asks node ``name`` to rotate its credential (``node_rotate_request``)."""
+        self._fleet_admin()
+        code = (
+            "from django.contrib.auth import get_user_model\n"
+            "from inference.models import Node\n"
+            "from inference.services.nodes import node_rotate_request\n"
+            "actor = get_user_model().objects.get(username='fleet-admin')\n"
+            f"node_rotate_request(actor=actor, node=Node.objects.get(name={name!r}))\n"
+        )
+        self.manage("shell", "-c", code)
+
+    def kill_node(self, name: str, *, runners: bool = True) -> list[int]:
+        """SIGKILL the agent and, with ``runners``, every runner it started (their own process groups,
+        as a machine that loses power); return the runners' pids."""
+        self.kill(f"node-{name}", signal.SIGKILL)
+        pids = runner_pids(self.node_dir(name))
+        if runners:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)  # each runner leads its own group (start_new_session)
+        return pids
+
+    def agent_state(self, name: str) -> dict:
+        """The agent's ``agent-state.json`` (its pid, last answered heartbeat, runners); {} before one."""
+        path = self.node_dir(name) / "agent-state.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def restart_node(self, name: str) -> None:
+        """Start the agent ``name`` again with its first command line (its data dir is kept)."""
+        command, env = self.nodes[name]
+        self.spawn(f"node-{name}", command, env=env)
 
     def spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")
@@ -142,6 +252,10 @@ class Stack:
     def stop(self) -> None:
         for name in list(self.procs):
             self.kill(name)
+        for name in self.nodes:  # runners of agents that were killed and not restarted
+            for pid in runner_pids(self.node_dir(name)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
         try:
             self._admin(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
         except psycopg.Error:

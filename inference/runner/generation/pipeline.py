@@ -99,7 +99,9 @@ def load_text_generation(state: Any) -> GenerationScheduler:
     """
     config, manifest = state.config, state.manifest
     spec: GenerationSpec = manifest.generation
-    engine = Engine(manifest.model_path, config.threads)
+    engine = Engine(
+        manifest.model_path, config.threads, device=config.device, trt_cache_dir=config.trt_cache_dir
+    )
     pipeline = TextGeneration(spec, str(manifest.tokenizer_path), Decoder(engine, spec))
     pipeline.warmup(config.max_batch_size)
     state.pipeline = pipeline

@@ -1,0 +1,50 @@
+"""What the placement rules read: the replica asked for and one node's current view."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from inference.models import Deployment, Node
+
+
+@dataclass
+class Ask:
+    """One more replica of ``deployment``; ``estimate`` is the GPU memory it is expected to take,
+    ``measured`` what runners of this version actually took, by GPU name (preferred when known)."""
+
+    deployment: Deployment
+    estimate: int = 0
+    measured: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.deployment.device != "cpu"
+
+    def need_on(self, candidate: Candidate) -> int:
+        """GPU memory needed on this node's GPUs (they are taken to be one kind per node)."""
+        if not self.needs_gpu:
+            return 0
+        return self.measured.get(candidate.gpu_name, self.estimate)
+
+
+@dataclass
+class Candidate:
+    """A node as placement sees it: replicas counted so far and each GPU's free memory after the
+    replicas already placed on it (reported free memory minus replicas not loaded yet)."""
+
+    node: Node
+    replicas: int = 0  # every deployment's replicas on the node
+    mine: int = 0  # this deployment's
+    gpu_free: dict[int, int] = field(default_factory=dict)
+    last_seen: datetime | None = None
+
+    @property
+    def gpu_name(self) -> str:
+        gpus = self.node.inventory.get("gpus") or []
+        return str(gpus[0].get("name", "")) if gpus and isinstance(gpus[0], dict) else ""
+
+    @property
+    def providers(self) -> list[str] | None:
+        found = self.node.inventory.get("providers")
+        return [str(p) for p in found] if isinstance(found, list) else None

@@ -1,0 +1,125 @@
+"""Joining: an operator makes a single-use, expiring join token; a new node's agent exchanges it for
+its own credential. Both secrets are stored as SHA-256 only and shown once."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from accounts.models import Team
+from accounts.services import audit_record
+from core.errors import Conflict, Unauthorized, ValidationFailed
+from inference.models import JoinToken, Node, NodeMode, NodeStatus, Region
+from inference.services.nodes import ADVERTISE_HOST, node_require_manager, token_hash
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]{0,62})$")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,62})$|^$")
+MAX_LABELS = 32
+MIN_TTL_S, MAX_TTL_S = 60, 7 * 24 * 3600
+
+
+def labels_validate(labels: object, *, field: str = "labels") -> dict[str, str]:
+    """Labels as ``{"gpu": "a10"}``: keys lowercase (``a-z 0-9 . _ / -``), values up to 63 characters."""
+    if not isinstance(labels, dict):
+        raise ValidationFailed(f'{field} must be an object of string values, e.g. {{"gpu": "a10"}}')
+    if len(labels) > MAX_LABELS:
+        raise ValidationFailed(f"{field}: at most {MAX_LABELS} labels")
+    for key, value in labels.items():
+        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+            raise ValidationFailed(
+                f"{field}: {key!r} is not a label name (lowercase letters, digits, '.', '_', '/', '-'; max 63)"
+            )
+        if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+            raise ValidationFailed(
+                f"{field}: the value of {key!r} must be a string of letters, digits, '.', '_', '-' (max 63)"
+            )
+    return dict(labels)
+
+
+def _region_check(region: str) -> None:
+    if region not in Region.values:
+        raise ValidationFailed(f"region must be one of {', '.join(Region.values)}")
+
+
+def join_token_create(
+    *,
+    actor,
+    region: str,
+    labels: dict[str, str],
+    ttl_s: int = 3600,
+    name_hint: str = "",
+    team: Team | None = None,
+) -> tuple[JoinToken, str]:
+    """A join token for one new node in ``region`` carrying ``labels``; the clear token is returned once."""
+    node_require_manager(actor=actor, team=team)
+    _region_check(region)
+    labels = labels_validate(labels)
+    if not MIN_TTL_S <= ttl_s <= MAX_TTL_S:
+        raise ValidationFailed(f"ttl_s must be between {MIN_TTL_S} and {MAX_TTL_S} seconds")
+    if name_hint and not _NAME_RE.match(name_hint):
+        raise ValidationFailed("name_hint must be lowercase letters, digits and dashes (max 63)")
+    clear = f"ltj_{secrets.token_urlsafe(32)}"
+    with transaction.atomic():
+        token = JoinToken.objects.create(
+            token_prefix=clear[:12], token_hash=token_hash(clear), region=region, labels=labels,
+            name_hint=name_hint, team=team, created_by=actor,
+            expires_at=timezone.now() + timedelta(seconds=ttl_s),
+        )  # fmt: skip
+        audit_record(team=team, actor=actor, action="node.join_token", target=token.token_prefix,
+                     data={"region": region, "labels": labels, "ttl_s": ttl_s})  # fmt: skip
+    return token, clear
+
+
+def node_join(*, join_token: str, name: str, region: str, labels: dict[str, str]) -> tuple[Node, str]:
+    """Exchange a join token for a node credential. Exactly one caller wins a token (a conditional
+    UPDATE claims it); a node name already held by a ready node is refused, and an offline node of
+    that name is taken over (the same machine re-joining), keeping its row and replicas' history."""
+    token = JoinToken.objects.filter(token_hash=token_hash(join_token or "")).first()
+    if token is None:
+        raise Unauthorized("invalid join token")
+    if token.used_at is not None:
+        raise Conflict("this join token was already used; ask an operator for a new one")
+    if token.expired:
+        raise Unauthorized(f"this join token expired at {token.expires_at:%Y-%m-%d %H:%M:%S} UTC")
+    if not _NAME_RE.match(name or ""):
+        raise ValidationFailed("name must be lowercase letters, digits and dashes (max 63)")
+    _region_check(region)
+    labels = labels_validate(labels)
+    if region != token.region:
+        raise Conflict(f"this join token is for region {token.region!r}, not {region!r}")
+    clear = f"ltn_{secrets.token_urlsafe(32)}"
+    with transaction.atomic():
+        claimed = JoinToken.objects.filter(pk=token.pk, used_at__isnull=True).update(
+            used_at=timezone.now(), used_by=name
+        )
+        if not claimed:  # another request won the race for the same token
+            raise Conflict("this join token was already used; ask an operator for a new one")
+        node = _node_claim(name=name, region=region, labels={**labels, **token.labels}, clear=clear)
+        audit_record(team=token.team, actor=None, action="node.join", target=name,
+                     data={"region": region, "join_token": token.token_prefix})  # fmt: skip
+    return node, clear
+
+
+def _node_claim(*, name: str, region: str, labels: dict[str, str], clear: str) -> Node:
+    existing = Node.objects.select_for_update().filter(name=name).first()
+    if existing is not None and existing.status == NodeStatus.ONLINE:
+        raise Conflict(f"a ready node is already called {name!r}; choose another name")
+    fields = {"region": region, "labels": labels, "token_prefix": clear[:12], "token_hash": token_hash(clear),
+              "rotate_requested": False}  # fmt: skip
+    if existing is None:
+        try:
+            with transaction.atomic():
+                return Node.objects.create(name=name, mode=NodeMode.ACTIVE, **fields)
+        except IntegrityError:
+            raise Conflict(f"a node is already called {name!r}; choose another name") from None
+    # The same machine re-joining: a new address may come with it (see replica_url_allowed).
+    existing.inventory = {k: v for k, v in existing.inventory.items() if k != ADVERTISE_HOST}
+    for key, value in fields.items():
+        setattr(existing, key, value)
+    existing.save()
+    return existing
