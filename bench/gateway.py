@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from tests.support.stack import Stack  # the test suite's real-process harness
@@ -32,7 +33,7 @@ def make_stack(workdir: Path) -> Stack:
             redis = urlsplit(self.env["REDIS_URL"])
             self.env["REDIS_URL"] = urlunsplit(redis._replace(path=f"/{REDIS_DB}"))
 
-        def start_node(self, name: str = "bench", region: str = "hk") -> None:
+        def start_node(self, name: str = "bench", region: str = "hk", **options: Any) -> None:
             token = (
                 self.manage("create_node_token", "--name", name, "--region", region).strip().splitlines()[-1]
             )

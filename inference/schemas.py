@@ -6,6 +6,7 @@ from ninja import Field, Schema
 from inference.jobs.registry import KindNameSchema, KindOptionsSchema
 from inference.reports import public_result
 from inference.selectors import deployment_status
+from inference.services.canary import canary_figures
 
 
 class ArtifactOut(Schema):
@@ -73,8 +74,14 @@ class ReplicaOut(Schema):
     id: int
     node: str
     region: str
+    model_version: str
     state: str
     error: str
+    gpu_index: int | None
+
+    @staticmethod
+    def resolve_model_version(obj):
+        return str(obj.model_version)
 
     @staticmethod
     def resolve_node(obj):
@@ -93,12 +100,36 @@ class DeploymentIn(Schema):
     device: str = "cpu"
     max_batch_size: int = 8
     max_queue_delay_ms: int = 5
+    node_selector: dict[str, str] = {}  # labels a node must carry, e.g. {"gpu": "a10"}
 
 
 class DeploymentPatch(Schema):
+    """Only the fields sent change; runtime settings roll out replica by replica."""
+
     replicas: int | None = None
     state: str | None = None
     model_version_id: int | None = None  # roll over to another version of the team's
+    max_batch_size: int | None = None
+    max_queue_delay_ms: int | None = None
+    device: str | None = None
+    region: str | None = None
+    node_selector: dict[str, str] | None = None
+
+
+class CanaryIn(Schema):
+    """Start a canary of another version of the deployment's model, or change a running one's share."""
+
+    model_version_id: int
+    percent: int = Field(description="share of requests for the canary, 1-50")
+
+
+class AutoscalingIn(Schema):
+    """Bounds and target of autoscaling; `max_replicas` 0 turns it off."""
+
+    min_replicas: int = Field(1, description="at least 1 (scale to zero is not built)")
+    max_replicas: int = Field(description="at most 32; 0 turns autoscaling off")
+    target_inflight_per_replica: float = Field(4.0, description="requests in flight per ready replica")
+    scale_cooldown_s: int = Field(60, description="seconds after a change before the next one")
 
 
 class DeploymentOut(Schema):
@@ -115,12 +146,49 @@ class DeploymentOut(Schema):
     max_queue_delay_ms: int
     desired_state: str
     status: str
+    node_selector: dict
+    placement: dict = Field(
+        description="where replicas run by region, unplaced replicas with each node's reason, and a note "
+        "when the preferred region could not take them"
+    )
     replica_set: list[ReplicaOut]
+    rollout: dict = Field(
+        description="the last change of what replicas run: kind (update or canary), state (in_progress, "
+        "done, rolled_back, aborted, failed), from and to (settings before and after), reason, times"
+    )
+    canary_version_id: int | None
+    canary_version: str | None
+    canary_percent: int
+    canary: dict | None = Field(
+        description="with a canary: both versions' replicas, requests/s, error rate and latency "
+        "percentiles side by side, from the runners' latest per-second summaries"
+    )
+    autoscaling: dict = Field(
+        description="enabled, min_replicas, max_replicas, target_inflight_per_replica, scale_cooldown_s, "
+        "inflight (the latest sample) and the last decisions with their reasons"
+    )
     created_at: datetime
 
     @staticmethod
     def resolve_model_version(obj):
         return str(obj.model_version)
+
+    @staticmethod
+    def resolve_canary_version(obj):
+        return str(obj.canary_version) if obj.canary_version_id else None
+
+    @staticmethod
+    def resolve_canary(obj):
+        return canary_figures(obj)
+
+    @staticmethod
+    def resolve_autoscaling(obj):
+        state = obj.autoscale or {}
+        samples = state.get("samples") or []
+        return {"enabled": obj.max_replicas > 0, "min_replicas": obj.min_replicas, "max_replicas": obj.max_replicas,
+                "target_inflight_per_replica": obj.target_inflight_per_replica,
+                "scale_cooldown_s": obj.scale_cooldown_s, "inflight": samples[-1][1] if samples else None,
+                "decisions": state.get("decisions") or []}  # fmt: skip
 
     @staticmethod
     def resolve_task(obj):
@@ -143,14 +211,18 @@ class NodeOut(Schema):
     id: int
     name: str
     region: str
-    status: str
+    status: str = Field(description="liveness: online (Ready) or offline (Not ready)")
+    mode: str = Field(description="scheduling: active, cordoned or draining")
+    state_label: str = Field(description='for people: "Ready", "Not ready", "Ready, cordoned", ...')
+    labels: dict
     inventory: dict
     last_heartbeat_at: datetime | None
     replicas: int
 
     @staticmethod
     def resolve_replicas(obj):
-        return obj.replicas.count()
+        count = getattr(obj, "replica_count", None)  # annotated by selectors.nodes_with_load (lists)
+        return obj.replicas.count() if count is None else count
 
 
 class ReplicaReport(Schema):
@@ -158,12 +230,56 @@ class ReplicaReport(Schema):
     state: str
     url: str = ""
     error: str = ""
+    gpu_memory_bytes: int | None = None  # measured by the agent once the runner loaded
 
 
 class HeartbeatIn(Schema):
     region: str
     inventory: dict = {}
     replicas: list[ReplicaReport] = []
+
+
+class HeartbeatOut(Schema):
+    node: str
+    region: str
+    replicas: list[dict]
+    rotate_credential: bool = Field(description="when true, call POST /nodes/credential for a new token")
+
+
+class NodeJoinIn(Schema):
+    """Checked in this order: the join token (401/409) before the fields (422), so a caller without
+    a valid token learns nothing else."""
+
+    join_token: str = ""
+    name: str = ""
+    region: str = ""
+    labels: dict = {}
+
+
+class NodeJoinOut(Schema):
+    node: str
+    region: str
+    node_token: str = Field(description="this node's credential, shown once; stored hashed")
+
+
+class NodeCredentialOut(Schema):
+    node_token: str
+
+
+class JoinTokenIn(Schema):
+    region: str
+    labels: dict = {}
+    ttl_s: int = 3600
+    name_hint: str = ""
+
+
+class JoinTokenOut(Schema):
+    id: int
+    join_token: str = Field(description="shown once; give it to the new node's agent")
+    region: str
+    labels: dict
+    name_hint: str
+    expires_at: datetime
 
 
 class JobIn(Schema):

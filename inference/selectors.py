@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet
 
 from accounts.models import Team
 from core.errors import NotFound
@@ -37,10 +37,10 @@ def versions_for_team(*, team: Team) -> QuerySet[ModelVersion]:
 
 
 def deployments_for_team(*, team: Team) -> QuerySet[Deployment]:
-    replicas = Replica.objects.select_related("node").order_by("pk")
+    replicas = Replica.objects.select_related("node", "model_version__model").order_by("pk")
     return (
         Deployment.objects.filter(team=team)
-        .select_related("model_version__model")
+        .select_related("model_version__model", "canary_version__model")
         .prefetch_related(Prefetch("replica_set", queryset=replicas))
     )
 
@@ -69,6 +69,71 @@ def deployment_status(deployment: Deployment) -> str:
 
 def nodes_all() -> QuerySet[Node]:
     return Node.objects.all()
+
+
+def nodes_with_load() -> QuerySet[Node]:
+    """Every node (install-wide) with ``replica_count``: how many of its slots are taken, by any team."""
+    return Node.objects.annotate(replica_count=Count("replicas")).order_by("region", "name")
+
+
+def node_replicas_for_team(*, node: Node, team: Team) -> QuerySet[Replica]:
+    """The replicas on ``node`` that belong to ``team``; other teams' replicas are not theirs to see."""
+    return (
+        Replica.objects.filter(node=node, deployment__team=team)
+        .select_related("deployment", "model_version__model")
+        .order_by("deployment__name", "pk")
+    )
+
+
+_GIB = 2**30
+
+
+def node_inventory_rows(node: Node) -> list[tuple[str, str]]:
+    """The inventory a node's agent reported, as (what, value) rows for people."""
+    inv = node.inventory or {}
+    rows: list[tuple[str, str]] = []
+
+    def gib(value) -> str:
+        return f"{value / _GIB:.1f} GiB" if isinstance(value, int | float) else "–"
+
+    for key, label in (("hostname", "Host"), ("cpus", "CPU cores"), ("providers", "Runtimes")):
+        value = inv.get(key)
+        if value:
+            rows.append((label, ", ".join(map(str, value)) if isinstance(value, list) else str(value)))
+    if "memory_bytes" in inv:
+        rows.append(
+            ("Memory", f"{gib(inv.get('memory_available_bytes'))} free of {gib(inv['memory_bytes'])}")
+        )
+    if "disk_free_bytes" in inv:
+        rows.append(("Disk free", gib(inv["disk_free_bytes"])))
+    for i, gpu in enumerate(inv.get("gpus") or []):
+        if isinstance(gpu, dict):
+            rows.append(
+                (f"GPU {gpu.get('index', i)}", f"{gpu.get('name', 'GPU')}, {gib(gpu.get('memory_total'))}")
+            )
+    return rows
+
+
+def deployments_needing_attention(*, team: Team) -> list[tuple[Deployment, str]]:
+    """The team's deployments that are not fully ready (degraded, failed, starting, unplaced), with status."""
+    out = []
+    for deployment in deployments_for_team(team=team):
+        status = deployment_status(deployment)
+        if status not in ("ready", "paused"):
+            out.append((deployment, status))
+    return out
+
+
+def jobs_recent(*, team: Team, limit: int = 8) -> QuerySet[Job]:
+    return jobs_for_team(team=team).order_by("-created_at")[:limit]
+
+
+def jobs_list(*, team: Team, status: str = "") -> QuerySet[Job]:
+    """The team's jobs across models, newest first; ``status`` filters (``active``: queued or running)."""
+    jobs = jobs_for_team(team=team).order_by("-created_at")
+    if status == "active":
+        return jobs.filter(Q(status="queued") | Q(status="running"))
+    return jobs.filter(status=status) if status else jobs
 
 
 def jobs_for_team(*, team: Team, version_id: int | None = None) -> QuerySet[Job]:

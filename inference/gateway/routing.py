@@ -1,77 +1,48 @@
-"""Which replica serves a request: ready replicas on online nodes, fewest requests in flight first.
+"""The console's route source for `/v1/`: routes read from the database, kept one second per deployment.
 
-The table is read from the database at most once a second per deployment, so a request costs a dict
-lookup; a replica that just failed a connection is avoided for a few seconds. Only deployments that
-exist are cached, at most ``MAX_ROUTES`` of them (least recently used go first), and callers check a
-name against ``NAME_PATTERN`` before asking: made-up names cost neither memory nor, past the
-rate limit, much of the database (M1 of the security review).
+Same routes as the edges get (``inference.routes_publish.route_entry``), read directly because small
+installs run no edge. A request costs a dict lookup; only deployments that exist are cached, at most
+``MAX_ROUTES`` of them (least recently used go first), and callers check a name against
+``NAME_PATTERN`` before asking: made-up names cost neither memory nor, past the rate limit, much of
+the database (M1 of the security review). Picking a replica (region, least in flight, breakers) is
+the edge's ``Balancer``, one per table.
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict, defaultdict
-from dataclasses import dataclass, field
+from collections import OrderedDict
 
+from django.conf import settings
+
+from contract.routes import RouteEntry, RouteReplica
+from inference.edge.balancer import Balancer
+from inference.edge.dispatch import NAME_PATTERN
 from inference.gateway.db import db_read
-from inference.models import Deployment, DesiredState, NodeStatus, ReplicaState
-from inference.services.nodes import runner_token
+from inference.models import Deployment
+from inference.routes_publish import route_entry
 
 TTL_S = 1.0
-SUSPECT_S = 5.0
 MAX_ROUTES = 1024
-NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,62}"  # a deployment name, as the console accepts it
+Route, Endpoint = RouteEntry, RouteReplica  # the names this module used before the edge existed
+__all__ = ["NAME_PATTERN", "Endpoint", "Route", "RouteTable"]
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    replica_id: int
-    url: str
-    token: str
-    region: str
-
-
-@dataclass
-class Route:
-    name: str
-    team_id: int
-    task: str
-    model_version: str
-    paused: bool
-    created: int
-    endpoints: list[Endpoint] = field(default_factory=list)
-
-
-def _load(name: str) -> Route | None:
+def _load(name: str) -> RouteEntry | None:
     deployment = Deployment.objects.select_related("model_version__model").filter(name=name).first()
-    if deployment is None:
-        return None
-    replicas = deployment.replica_set.filter(
-        state=ReplicaState.READY, node__status=NodeStatus.ONLINE
-    ).select_related("node")
-    endpoints = [Endpoint(r.pk, r.url, runner_token(r.pk), r.node.region) for r in replicas if r.url]
-    return Route(
-        name=deployment.name,
-        team_id=deployment.team_id,
-        task=deployment.model_version.model.task,
-        model_version=str(deployment.model_version),
-        paused=deployment.desired_state == DesiredState.PAUSED,
-        created=int(deployment.created_at.timestamp()),
-        endpoints=endpoints,
-    )
+    return route_entry(deployment) if deployment is not None else None
 
 
 def _load_for_team(team_id: int) -> list[str]:
-    return list(Deployment.objects.filter(team_id=team_id).values_list("name", flat=True))
+    return list(Deployment.objects.filter(team_id=team_id).order_by("name").values_list("name", flat=True))
 
 
 class RouteTable:
     def __init__(self) -> None:
-        self._routes: OrderedDict[str, tuple[float, Route]] = OrderedDict()
-        self.inflight: dict[int, int] = defaultdict(int)
-        self._suspect: dict[int, float] = {}
+        self._routes: OrderedDict[str, tuple[float, RouteEntry]] = OrderedDict()
+        self.balancer = Balancer(settings.GATEWAY_REGION)
 
-    async def get(self, name: str) -> Route | None:
+    async def get(self, name: str) -> RouteEntry | None:
         now = time.monotonic()
         hit = self._routes.get(name)
         if hit is not None and now - hit[0] < TTL_S:
@@ -92,18 +63,3 @@ class RouteTable:
 
     async def names_for_team(self, team_id: int) -> list[str]:
         return await db_read(_load_for_team, team_id)
-
-    def pick(self, route: Route, exclude: set[int]) -> Endpoint | None:
-        now = time.monotonic()
-        healthy = [
-            e
-            for e in route.endpoints
-            if e.replica_id not in exclude and self._suspect.get(e.replica_id, 0) < now
-        ]
-        candidates = healthy or [e for e in route.endpoints if e.replica_id not in exclude]
-        if not candidates:
-            return None
-        return min(candidates, key=lambda e: self.inflight[e.replica_id])
-
-    def mark_suspect(self, endpoint: Endpoint) -> None:
-        self._suspect[endpoint.replica_id] = time.monotonic() + SUSPECT_S

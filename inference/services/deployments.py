@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 from django.db import transaction
-from django.db.models import Count
+from django.utils import timezone
 
 from accounts.models import Team
 from accounts.permissions import permission_require
@@ -18,10 +19,24 @@ from inference.models import (
     DesiredState,
     Device,
     ModelVersion,
-    Node,
+    NodeMode,
+    NodeStatus,
     Region,
     Replica,
     ReplicaState,
+)
+from inference.scheduler.cluster import ask_for, candidates
+from inference.services.rollouts import (
+    RUNTIME_FIELDS,
+    canary_abort,
+    canary_digest,
+    canary_wanted,
+    rollout_baking,
+    rollout_begin,
+    rollout_rollback,
+    rollout_spec,
+    rollout_step,
+    spec_digest,
 )
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -38,6 +53,7 @@ class DeploymentSpec:
     device: str = Device.CPU
     max_batch_size: int = 8
     max_queue_delay_ms: int = 5
+    node_selector: dict = field(default_factory=dict)
 
     @classmethod
     def of(cls, deployment: Deployment) -> DeploymentSpec:
@@ -50,6 +66,7 @@ class DeploymentSpec:
             device=deployment.device,
             max_batch_size=deployment.max_batch_size,
             max_queue_delay_ms=deployment.max_queue_delay_ms,
+            node_selector=dict(deployment.node_selector or {}),
         )
 
     def validate(self) -> None:
@@ -66,6 +83,9 @@ class DeploymentSpec:
             raise ValidationFailed("max_batch_size must be between 1 and 256")
         if not 0 <= self.max_queue_delay_ms <= 1000:
             raise ValidationFailed("max_queue_delay_ms must be between 0 and 1000")
+        from inference.services.node_join import labels_validate  # one label grammar for nodes and this
+
+        labels_validate(self.node_selector, field="node_selector")
 
 
 def _servable_version(*, team: Team, model_version_id: int) -> ModelVersion:
@@ -97,6 +117,7 @@ def _audit_state(deployment: Deployment) -> dict:
         "replicas": deployment.replicas,
         "state": deployment.desired_state,
         "version": str(deployment.model_version),
+        **{k: getattr(deployment, k) for k in RUNTIME_FIELDS},
     }
 
 
@@ -123,6 +144,7 @@ def deployment_create(*, team: Team, actor, spec: DeploymentSpec) -> Deployment:
             device=spec.device,
             max_batch_size=spec.max_batch_size,
             max_queue_delay_ms=spec.max_queue_delay_ms,
+            node_selector=spec.node_selector,
             created_by=actor,
         )
         audit_record(
@@ -130,7 +152,13 @@ def deployment_create(*, team: Team, actor, spec: DeploymentSpec) -> Deployment:
             actor=actor,
             action="deployment.create",
             target=spec.name,
-            data={"version": str(version), "replicas": spec.replicas, "region": spec.region},
+            data={
+                "version": str(version),
+                "replicas": spec.replicas,
+                "region": spec.region,
+                "device": spec.device,
+                "node_selector": spec.node_selector,
+            },  # fmt: skip
         )
         _enqueue_reconcile(deployment.pk)
     return deployment
@@ -144,19 +172,24 @@ def deployment_update(
     replicas: int | None = None,
     desired_state: str | None = None,
     model_version_id: int | None = None,
+    max_batch_size: int | None = None,
+    max_queue_delay_ms: int | None = None,
+    device: str | None = None,
+    region: str | None = None,
+    node_selector: dict | None = None,
 ) -> Deployment:
-    """Scale, pause, resume or move to another version; the reconciler rolls replicas over.
+    """Scale, pause, resume, move to another version or change how replicas run (device, batching,
+    region, node selector); the reconciler rolls replicas over one at a time.
 
     The changed spec goes through the same `DeploymentSpec.validate` as a new one, so both refuse
     the same values with the same message.
     """
     permission_require(team=team, user=actor, action="deployment.update")
-    current = DeploymentSpec.of(deployment)
-    replace(
-        current,
-        replicas=current.replicas if replicas is None else replicas,
-        model_version_id=current.model_version_id if model_version_id is None else model_version_id,
-    ).validate()
+    given = {"replicas": replicas, "model_version_id": model_version_id, "max_batch_size": max_batch_size,
+             "max_queue_delay_ms": max_queue_delay_ms, "device": device, "region": region,
+             "node_selector": node_selector}  # fmt: skip
+    changes = {k: v for k, v in given.items() if v is not None}
+    replace(DeploymentSpec.of(deployment), **cast(Any, changes)).validate()
     version = None
     if model_version_id is not None:
         version = _servable_version(team=team, model_version_id=model_version_id)
@@ -166,13 +199,7 @@ def deployment_update(
     with transaction.atomic():
         deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
         before = _audit_state(deployment)
-        if replicas is not None:
-            deployment.replicas = replicas
-        if desired_state is not None:
-            deployment.desired_state = desired_state
-        if version is not None:
-            deployment.model_version = version
-        deployment.save()
+        _apply_changes(deployment, changes, desired_state=desired_state, version=version)
         audit_record(
             team=team,
             actor=actor,
@@ -183,6 +210,29 @@ def deployment_update(
         )
         _enqueue_reconcile(deployment.pk)
     return deployment
+
+
+def _apply_changes(
+    deployment: Deployment, changes: dict, *, desired_state: str | None, version: ModelVersion | None
+) -> None:
+    """Set and save the changes on the locked row; a change of what replicas run starts a rollout
+    (services.rollouts), refused while a canary runs (its replicas run the same settings)."""
+    ran, ran_digest = rollout_spec(deployment), spec_digest(deployment)
+    for key, value in changes.items():
+        if key != "model_version_id":
+            setattr(deployment, key, value)
+    if desired_state is not None:
+        deployment.desired_state = desired_state
+    if version is not None:
+        deployment.model_version = version
+    if spec_digest(deployment) != ran_digest:
+        if deployment.canary_version_id is not None:
+            raise Conflict(
+                f"{deployment.name!r} runs a canary of {deployment.canary_version}: promote or abort it "
+                "before changing its version or settings"
+            )
+        rollout_begin(deployment, before=ran)
+    deployment.save()
 
 
 def deployment_delete(*, team: Team, actor, deployment: Deployment) -> None:
@@ -196,44 +246,175 @@ def deployment_delete(*, team: Team, actor, deployment: Deployment) -> None:
 def deployment_reconcile(deployment_id: int) -> dict:
     """Converge replicas to the desired state. Idempotent; runs after every change and every 15 s.
 
-    Dead replicas (failed, or on an offline node) go at once. Replicas of an older version keep serving
-    until as many replicas of the current version are ready as wanted (a rolling update with surge),
-    so an update never leaves the deployment without a ready replica.
+    Dead replicas (failed, or on a node that is not ready) go at once and are replaced. A replica
+    that must move (started with other settings, see `spec_digest`, or on a draining node) keeps
+    serving until a replacement is ready: on a settings change one new replica starts at a time and
+    one old one retires per new one ready; replacements for a draining node start all at once. A
+    rollout whose new replicas fail is rolled back first (`services.rollouts`), a failing canary
+    aborted; a canary's replicas are kept apart (`_converge_canary`).
     """
     with transaction.atomic():
-        deployment = Deployment.objects.select_for_update().filter(pk=deployment_id).first()
+        deployment = (
+            Deployment.objects.select_for_update()
+            .select_related("model_version")
+            .filter(pk=deployment_id)
+            .first()
+        )
         if deployment is None:
             return {"deleted": True}
         want = deployment.replicas if deployment.desired_state == DesiredState.RUNNING else 0
         replicas = list(deployment.replica_set.select_related("node"))
-        dead = [r for r in replicas if r.node.status == "offline" or r.state == ReplicaState.FAILED]
-        alive = [r for r in replicas if r not in dead]
-        current = [r for r in alive if r.model_version_id == deployment.model_version_id]
-        outdated = [r for r in alive if r.model_version_id != deployment.model_version_id]
-        ready = sum(1 for r in current[:want] if r.state == ReplicaState.READY)
-        retire = outdated if ready >= want else []
-        for r in dead + current[want:] + retire:
-            r.delete()
-        placed = _place_missing(deployment, current[:want], want)
+        rolled_back = _judge_rollout(deployment, replicas, want)
+        track = canary_digest(deployment)
+        canary = [r for r in replicas if track is not None and r.spec == track]
+        result = _converge(deployment, [r for r in replicas if r not in canary], want)
+        result["canary_placed"] = _converge_canary(deployment, canary, canary_wanted(deployment, want))
+    return result | {"rolled_back": rolled_back}
+
+
+def _judge_rollout(deployment: Deployment, replicas: list[Replica], want: int) -> bool:
+    """Follow the rollout or canary in progress; roll back (abort a canary) when it failed. True when
+    this pass rolled back."""
+    track = canary_digest(deployment)
+    if track is not None:
+        mine = [r for r in replicas if r.spec == track]
+        reason = rollout_step(deployment, mine, track, canary_wanted(deployment, want))
+        if reason:
+            canary_abort(deployment, reason)
+        return False
+    reason = rollout_step(deployment, replicas, spec_digest(deployment), want)
+    return reason is not None and rollout_rollback(deployment, reason)
+
+
+def _converge(deployment: Deployment, replicas: list[Replica], want: int) -> dict:
+    """The deployment's own replicas (a canary's aside): remove the dead and the unneeded, roll over
+    the outdated one at a time, place the missing."""
+    digest = spec_digest(deployment)
+    dead = [r for r in replicas if r.node.status != NodeStatus.ONLINE or r.state == ReplicaState.FAILED]
+    alive = [r for r in replicas if r not in dead]
+    _adopt_unversioned(alive, deployment, digest)
+    outdated = [r for r in alive if r.spec != digest]
+    moving = outdated + [r for r in alive if r.spec == digest and r.node.mode == NodeMode.DRAINING]
+    # Keep ready replicas first, then those in the preferred region; extras beyond `want` go.
+    stay = sorted((r for r in alive if r not in moving),
+                  key=lambda r: (r.state != ReplicaState.READY, r.node.region != deployment.region, r.pk))  # fmt: skip
+    keep, extra = stay[:want], stay[want:]
+    ready = sum(1 for r in keep if r.state == ReplicaState.READY)
+    baking = bool(outdated) and rollout_baking(deployment)  # the first new one proves itself first
+    # Old replicas still needed for capacity keep serving (ready ones first); the rest retire.
+    moving.sort(key=lambda r: (r.state != ReplicaState.READY, r.pk))
+    retire = moving[max(0, want - (0 if baking else ready)) :]
+    for r in dead + extra + retire:
+        r.delete()
+    missing = want - len(keep)
+    if outdated:  # a settings change rolls over: one new replica starting at a time
+        missing = min(missing, max(0, 1 - (len(keep) - ready)), 0 if baking and ready else missing)
+    placed = _place_missing(deployment, keep, missing, digest)
     return {
-        "kept": len(current[:want]),
+        "kept": len(keep),
         "placed": placed,
-        "removed": len(dead + current[want:] + retire),
-        "outdated_serving": len(outdated) - len(retire),
+        "removed": len(dead + extra + retire),
+        "outdated_serving": len(moving) - len(retire),
     }
 
 
-def _place_missing(deployment: Deployment, keep: list[Replica], want: int) -> int:
-    nodes = list(Node.objects.all())
-    load = dict(Replica.objects.values_list("node_id").annotate(n=Count("id")))
-    used = {r.node_id for r in keep}
+def _converge_canary(deployment: Deployment, replicas: list[Replica], count: int) -> int:
+    """Keep ``count`` live canary replicas (ready ones first); the number placed."""
+    dead = [r for r in replicas if r.node.status != NodeStatus.ONLINE or r.state == ReplicaState.FAILED]
+    alive = sorted(
+        (r for r in replicas if r not in dead), key=lambda r: (r.state != ReplicaState.READY, r.pk)
+    )
+    for r in dead + alive[count:]:
+        r.delete()
+    missing = count - len(alive[:count])
+    version = deployment.canary_version
+    if missing <= 0 or version is None:
+        return 0
+    ask, cands = ask_for(deployment, version), candidates(deployment)
     placed = 0
-    for _ in range(want - len(keep)):
-        node = scheduler.place(deployment, nodes, load, used)
-        if node is None:
+    for _ in range(missing):
+        verdict = scheduler.place(ask, cands)
+        if verdict.choice is None:
             break
-        Replica.objects.create(deployment=deployment, node=node, model_version_id=deployment.model_version_id)
-        load[node.pk] = load.get(node.pk, 0) + 1
-        used.add(node.pk)
+        Replica.objects.create(deployment=deployment, node=verdict.choice.candidate.node, model_version=version,
+                               gpu_index=verdict.choice.gpu_index, spec=spec_digest(deployment, version.pk))  # fmt: skip
+        scheduler.take(ask, verdict.choice)
         placed += 1
     return placed
+
+
+def _adopt_unversioned(replicas: list[Replica], deployment: Deployment, digest: str) -> None:
+    """Replicas placed before digests existed run the current settings if they run the current
+    version: adopt them rather than restart every runner after an upgrade."""
+    for r in replicas:
+        if not r.spec and r.model_version_id == deployment.model_version_id:
+            r.spec = digest
+            Replica.objects.filter(pk=r.pk).update(spec=digest)
+
+
+def _place_missing(deployment: Deployment, keep: list[Replica], missing: int, digest: str) -> int:
+    """Place up to `missing` replicas and record where the deployment runs and why (placement)."""
+    cands: list[scheduler.Candidate] = []
+    reasons: list[str] = []
+    placed: list[str] = []
+    ask = ask_for(deployment)
+    away = any(r.node.region != deployment.region for r in keep)
+    if missing > 0 or away:
+        cands = candidates(deployment)
+    for _ in range(max(0, missing)):
+        verdict = scheduler.place(ask, cands)
+        if verdict.choice is None:
+            reasons = verdict.reasons
+            break
+        node = verdict.choice.candidate.node
+        Replica.objects.create(deployment=deployment, node=node, model_version_id=deployment.model_version_id,
+                               gpu_index=verdict.choice.gpu_index, spec=digest)  # fmt: skip
+        scheduler.take(ask, verdict.choice)
+        placed.append(node.region)
+    regions = [r.node.region for r in keep] + placed
+    record = placement_record(
+        deployment, ask, cands, regions, unplaced=missing - len(placed), reasons=reasons
+    )
+    if {k: v for k, v in record.items() if k != "updated_at"} != {
+        k: v for k, v in (deployment.placement or {}).items() if k != "updated_at"
+    }:
+        Deployment.objects.filter(pk=deployment.pk).update(placement=record)
+        deployment.placement = record
+    return len(placed)
+
+
+def placement_record(
+    deployment: Deployment,
+    ask: scheduler.Ask,
+    cands: list[scheduler.Candidate],
+    regions: list[str],
+    *,
+    unplaced: int,
+    reasons: list[str],
+) -> dict:
+    """Where the deployment's replicas run, how many could not be placed and why, per node; and, when
+    some run outside the preferred region, why that region could not take them (honest placement)."""
+    by_region = {region: regions.count(region) for region in sorted(set(regions))}
+    note = ""
+    away = sum(n for region, n in by_region.items() if region != deployment.region)
+    region_reasons: list[str] = []
+    if away:
+        mine = [c for c in cands if c.node.region == deployment.region]
+        region_reasons = [f"{c.node.name}: {why}" for c in mine if (why := scheduler.refusal(ask, c))]
+        where = ", ".join(
+            f"{n} in {region}" for region, n in by_region.items() if region != deployment.region
+        )
+        why = "no node there has joined" if not mine else "no node there can take it"
+        note = f"preferred region {deployment.region} has no usable node ({why}): {where}"
+    if unplaced > 0 and not note:
+        note = f"{unplaced} replica(s) could not be placed"
+    return {
+        "preferred_region": deployment.region,
+        "regions": by_region,
+        "in_preferred_region": away == 0,
+        "unplaced": max(0, unplaced),
+        "reasons": reasons[:50],
+        "region_reasons": region_reasons[:50],
+        "note": note,
+        "updated_at": timezone.now().isoformat(),
+    }

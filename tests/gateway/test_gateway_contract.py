@@ -3,14 +3,10 @@ Redis prefix (settings.REDIS_PREFIX), and answers a wrong method with 405 and an
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
-from collections.abc import Awaitable, Callable
 
 import pytest
-from asgiref.sync import sync_to_async
-from django.db import connections
 
 from accounts import keycache, keyhash
 from accounts.services import api_key_create
@@ -18,6 +14,7 @@ from contract.apikeys import TOMBSTONE, entry_sign, key_generate, key_hash, key_
 from contract.redis_keys import RedisKeys
 from inference.gateway import auth
 from inference.gateway.app import gateway_app
+from tests.support.gateway import run
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the gateway reads the database from worker threads
 
@@ -65,21 +62,6 @@ async def call(method: str, path: str, key: str) -> tuple[int, dict[str, str], d
     await gateway_app(scope, receive, send)
     headers = {k.decode(): v.decode() for k, v in sent[0]["headers"]}
     return sent[0]["status"], headers, json.loads(sent[1]["body"])
-
-
-def run(scenario: Callable[[], Awaitable[None]]) -> None:
-    """Run a test's requests in one event loop (the gateway's Redis client belongs to it), then close
-    the database connections the gateway opened in worker threads."""
-
-    async def main() -> None:
-        try:
-            await scenario()
-        finally:
-            await sync_to_async(connections.close_all)()
-            if auth._redis is not None:
-                await auth._redis.aclose()
-
-    asyncio.run(main())
 
 
 def test_a_key_cached_by_install_a_is_accepted_by_a_and_refused_by_b(settings, installs) -> None:

@@ -3,14 +3,12 @@ every bad key, expiry, per-deployment scopes (403, hidden from /v1/models) and m
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connections
 from django.utils import timezone
 
 from accounts import keycache, keyhash
@@ -25,6 +23,7 @@ from inference.gateway.app import gateway_app
 from inference.gateway.routing import RouteTable
 from inference.models import Deployment
 from inference.services.registry import UploadedModel, model_version_upload
+from tests.support.gateway import run
 from tests.support.tiny_models import COLOURS, colour_classifier
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the gateway reads the database from worker threads
@@ -78,18 +77,6 @@ async def call(
 
     await gateway_app(scope, receive, send)
     return sent[0]["status"], {k.decode(): v.decode() for k, v in sent[0]["headers"]}, sent[1]["body"]
-
-
-def run(scenario) -> None:
-    async def main() -> None:
-        try:
-            await scenario()
-        finally:
-            await sync_to_async(connections.close_all)()
-            if auth._redis is not None:
-                await auth._redis.aclose()
-
-    asyncio.run(main())
 
 
 def test_forged_or_unsigned_entries_are_refused(team) -> None:

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from inference.models import Replica
+from inference.models import ModelVersion, Replica
 from inference.services.deployments import deployment_reconcile
 from inference.services.registry import UploadedModel, model_version_upload
 from tests.support.tiny_models import COLOURS, colour_classifier
@@ -215,3 +215,82 @@ def test_create_and_update_refuse_another_teams_version_with_the_same_message(
     )
     assert flashes(page) == [refused.json()["error"]["message"]]
     assert owner_client.get("/api/v1/deployments/colours").json()["model_version"] == "colours:1"
+
+
+def test_a_batching_change_rolls_out_one_replica_at_a_time(owner_client, colour_version, node_hk_cpu):
+    from inference.services.nodes import desired_for
+
+    d = create(owner_client, colour_version, replicas=2).json()
+    deployment_reconcile(d["id"])
+    Replica.objects.update(state="ready", url="http://127.0.0.1:1")
+    old = set(Replica.objects.values_list("pk", flat=True))
+    r = owner_client.patch("/api/v1/deployments/colours", {"max_batch_size": 16, "max_queue_delay_ms": 2},
+                           content_type="application/json")  # fmt: skip
+    assert r.status_code == 200 and (r.json()["max_batch_size"], r.json()["max_queue_delay_ms"]) == (16, 2)
+    steps = []
+    for _ in range(4):
+        deployment_reconcile(d["id"])
+        deployment_reconcile(d["id"])  # idempotent: a second pass changes nothing
+        rows = list(Replica.objects.values_list("pk", "state"))
+        steps.append(sorted(("old" if pk in old else "new", state) for pk, state in rows))
+        Replica.objects.exclude(pk__in=old).update(state="ready")
+    assert steps == [
+        [("new", "pending"), ("old", "ready"), ("old", "ready")],  # one new starts; both old serve
+        [("new", "pending"), ("new", "ready"), ("old", "ready")],  # one old retired per new one ready
+        [("new", "ready"), ("new", "ready")],
+        [("new", "ready"), ("new", "ready")],
+    ]
+    batching = {spec["batching"]["max_batch_size"] for spec in desired_for(node_hk_cpu)}
+    assert batching == {16}
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"device": "tpu"}, "device must be one of cpu, cuda, tensorrt"),
+        ({"max_batch_size": 0}, "max_batch_size must be between 1 and 256"),
+        ({"max_queue_delay_ms": 5000}, "max_queue_delay_ms must be between 0 and 1000"),
+        ({"region": "eu"}, "region must be one of hk, us"),
+        ({"node_selector": {"GPU": "a10"}}, "node_selector: 'GPU' is not a label name"),
+        ({"node_selector": {"gpu": 1}}, "node_selector.gpu: "),
+    ],
+)
+def test_runtime_changes_are_checked_like_a_new_deployment(owner_client, colour_version, body, message):
+    create(owner_client, colour_version)
+    r = owner_client.patch("/api/v1/deployments/colours", body, content_type="application/json")
+    assert r.status_code == 422 and r.json()["error"]["message"].startswith(message), r.content
+    assert owner_client.get("/api/v1/deployments/colours").json()["device"] == "cpu"
+
+
+def test_an_unplaceable_deployment_says_why_per_node_in_the_api_and_on_its_page(
+    owner_client, colour_version, node_us_cpu, node_hk_a10_busy
+):
+    ModelVersion.objects.filter(pk=colour_version.pk).update(size_bytes=int(1.3 * 2**30))
+    d = create(owner_client, colour_version, device="cuda", node_selector={"gpu": "a10"}).json()
+    deployment_reconcile(d["id"])
+    placement = owner_client.get("/api/v1/deployments/colours").json()["placement"]
+    assert placement["unplaced"] == 1
+    assert sorted(placement["reasons"]) == [
+        "hk-gpu-2: needs 3.1 GiB, 1.2 GiB free",
+        "us-cpu-1: labels gpu=a10 not matched (node has none)",
+    ]
+    page = owner_client.get("/deployments/colours/").content.decode()
+    assert "hk-gpu-2: needs 3.1 GiB, 1.2 GiB free" in page and "could not be placed" in page
+
+
+def test_a_deployment_outside_its_preferred_region_says_where_and_why(
+    owner_client, colour_version, node_hk_cpu
+):
+    from tests.support import hardware
+
+    hardware.node("us-cpu-full", "us", max_replicas=0)
+    d = create(owner_client, colour_version, region="us").json()
+    deployment_reconcile(d["id"])
+    shown = owner_client.get("/api/v1/deployments/colours").json()
+    assert shown["region"] == "us" and shown["replica_set"][0]["region"] == "hk"
+    placement = shown["placement"]
+    assert placement["regions"] == {"hk": 1} and placement["in_preferred_region"] is False
+    assert placement["note"] == "preferred region us has no usable node (no node there can take it): 1 in hk"
+    assert placement["region_reasons"] == ["us-cpu-full: full (0 of 0 replicas)"]
+    page = owner_client.get("/deployments/colours/").content.decode()
+    assert 'id="placement-note"' in page and "us-cpu-full: full (0 of 0 replicas)" in page

@@ -3,21 +3,16 @@ whose one ready replica is a real runner process, and a private redis-server the
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import redis
-from asgiref.sync import sync_to_async
-from django.db import connections
 
-from inference.gateway import auth, upstream
 from inference.gateway.app import gateway_app
 from inference.models import Replica, ReplicaState
 from inference.services.deployments import DeploymentSpec, deployment_create, deployment_reconcile
@@ -64,25 +59,6 @@ async def call(
         {k.decode(): v.decode() for k, v in start["headers"]},
         b"".join(m.get("body", b"") for m in sent[1:]),
     )
-
-
-def run(scenario: Callable[[], Awaitable[None]]) -> None:
-    """Run a test's requests in one event loop (the gateway's Redis client belongs to it), then close the
-    database connections the gateway opened in worker threads and its Redis client."""
-
-    async def main() -> None:
-        try:
-            await scenario()
-        finally:
-            await sync_to_async(connections.close_all)()
-            if auth._redis is not None:
-                await auth._redis.aclose()
-                auth._redis = None
-            if upstream._session is not None:  # the pooled client belongs to this loop
-                await upstream._session.close()
-                upstream._session = None
-
-    asyncio.run(main())
 
 
 def colour_deployment(team, owner, tmp_path: Path, name: str = "colours") -> Replica:

@@ -27,8 +27,9 @@ from inference.export.causal_lm import export_model_folder
 from inference.gateway import app as gateway
 from inference.gateway import auth
 from inference.services.nodes import runner_token
-from tests.security.dataplane import call, colour_deployment, run, serve_replica
+from tests.security.dataplane import call, colour_deployment, serve_replica
 from tests.support.factories import image_bytes
+from tests.support.gateway import run
 from tests.support.runners import RUNNER_TOKEN, Runner, image_manifest, launch_runner, write_manifest
 from tests.support.tiny_models import colour_classifier, minilm_tokenizer, tiny_bert_onnx
 

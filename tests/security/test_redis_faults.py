@@ -21,8 +21,9 @@ from inference.gateway import app as gateway
 from inference.gateway import auth
 from inference.runner import launch
 from inference.services.nodes import runner_token
-from tests.security.dataplane import Answer, PrivateRedis, call, colour_deployment, run, serve_replica
+from tests.security.dataplane import Answer, PrivateRedis, call, colour_deployment, serve_replica
 from tests.support.factories import image_bytes
+from tests.support.gateway import run
 from tests.support.runners import REPO, image_manifest, runner_command, write_manifest
 from tests.support.tiny_models import colour_classifier
 

@@ -77,3 +77,69 @@ def deploy_tiny_chat(
         created = api.post("/api/v1/deployments", json={"name": name, "model_version_id": version_id})
         assert created.status_code == 201, created.text
         return created.json()
+
+
+_DERIVE_INT8 = """
+import json
+from pathlib import Path
+from inference.models import ModelVersion
+from inference.services.registry import version_derive
+args = json.loads({args!r})
+parent = ModelVersion.objects.get(pk=args["parent"])
+child = version_derive(parent=parent, actor=parent.model.team.memberships.get(user__username=args["user"]).user,
+                       model_path=Path(args["path"]), precision="int8", report={{}},
+                       lineage={{"kind": "quantize_int8", "options": {{"mode": "dynamic"}}}})
+print(child.pk)
+"""
+
+
+def deploy_efficientnet_pair(
+    stack, manage_key: str, username: str, prefix: str, workdir: Path
+) -> tuple[str, str]:
+    """The demo EfficientNet-Lite0 (ImageNet) uploaded as model ``prefix`` and its dynamic INT8 child (made with
+    Lantau's own quantizer here, registered as the next version with ``manage.py shell`` rather than by a
+    job, which would spend a minute comparing the two); deployed as ``<prefix>-fp32`` and ``<prefix>-int8``.
+    A few seconds to build; returns the two deployment names once created (not yet ready)."""
+    from inference.conversion.quantize import quantize_dynamic_int8
+    from inference.demo import efficientnet
+
+    fp32 = efficientnet.export_onnx(workdir / f"{prefix}-fp32.onnx")
+    int8 = workdir / f"{prefix}-int8.onnx"
+    quantize_dynamic_int8(fp32, int8)
+    names = (f"{prefix}-fp32", f"{prefix}-int8")
+    with stack.client(manage_key) as api:
+        upload = api.post(
+            "/api/v1/models",
+            files={"file": ("efficientnet.onnx", fp32.read_bytes(), "application/octet-stream")},
+            data={"name": prefix, "task": "image-classification", "labels": "\n".join(efficientnet.imagenet_labels()),
+                  "preprocessing": json.dumps(efficientnet.PREPROCESSING)},
+        )  # fmt: skip
+        assert upload.status_code == 201, upload.text
+        args = json.dumps({"parent": upload.json()["id"], "user": username, "path": str(int8)})
+        child = int(stack.manage("shell", "-c", _DERIVE_INT8.format(args=args)).strip().splitlines()[-1])
+        for name, version in zip(names, (upload.json()["id"], child), strict=True):
+            created = api.post("/api/v1/deployments", json={"name": name, "model_version_id": version})
+            assert created.status_code == 201, created.text
+    return names
+
+
+def deploy_tiny_embedder(stack, manage_key: str, name: str, workdir: Path) -> dict:
+    """A one-layer untrained BERT encoder with MiniLM's tokenizer, uploaded and deployed as ``name``."""
+    from tests.support.tiny_models import minilm_tokenizer, tiny_bert_onnx
+
+    folder = workdir / name
+    folder.mkdir(parents=True)
+    tiny_bert_onnx(folder)
+    with stack.client(manage_key) as api:
+        upload = api.post(
+            "/api/v1/models",
+            files={"file": ("model.onnx", (folder / "model.onnx").read_bytes(), "application/octet-stream"),
+                   "tokenizer": ("tokenizer.json", minilm_tokenizer().read_bytes(), "application/json")},
+            data={"name": name, "task": "feature-extraction"},
+        )  # fmt: skip
+        assert upload.status_code == 201, upload.text
+        created = api.post(
+            "/api/v1/deployments", json={"name": name, "model_version_id": upload.json()["id"]}
+        )
+        assert created.status_code == 201, created.text
+        return created.json()

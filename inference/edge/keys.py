@@ -1,0 +1,84 @@
+"""API keys at the edge: the console's signed Redis entries, verified as the runners verify them.
+
+``inference.runner.keys.KeyCache`` opens the entry (Ed25519 signature under the install's prefix, the
+key's own prefix, constant-time digest compare, expiry) and keeps Redis's answer for one second, so a
+revocation bites within a second. With no valid entry the key is refused (the edge has no database:
+the console's periodic sync rewrites lost entries). Then the same checks as the console's gateway:
+the ``inference`` scope (403), the key's rate limit (the token bucket shared with runners, 429),
+its deployment list (403) and monthly quota (429 ``quota_exceeded``). Redis unreachable is a 503.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from redis import asyncio as aioredis
+from redis.exceptions import RedisError
+
+from contract.apikeys import INVALID_KEY_MESSAGE, MISSING_KEY_MESSAGE, KeyIdentity, bearer_token
+from contract.quotas import month_of, quota_refusal, usage_from_redis
+from contract.redis_keys import RedisKeys
+from contract.signing import Ed25519PublicKey
+from inference.runner.errors import Forbidden, RateLimited, Unauthorized, Unavailable
+from inference.runner.keys import KeyCache
+from inference.runner.ratelimit import RateLimiter
+
+from .errors import QuotaExceeded
+
+LAST_USE_EVERY_S = 1.0  # last-use bookkeeping per key at most once a second, not once per request
+
+
+class RedisKeyAuth:
+    def __init__(self, redis: aioredis.Redis, names: RedisKeys, verifier: Ed25519PublicKey | None) -> None:
+        self._redis = redis
+        self._names = names
+        self._keys = KeyCache(redis, names, verifier)
+        self._limiter = RateLimiter(redis, names)
+        self._last_use: dict[str, float] = {}
+
+    async def authenticate(self, authorization: str | None, address: str | None = None) -> KeyIdentity:
+        token = bearer_token(authorization)
+        if token is None:
+            raise Unauthorized(MISSING_KEY_MESSAGE)
+        identity = await self._keys.lookup(token)
+        if identity is None:
+            raise Unauthorized(INVALID_KEY_MESSAGE)
+        if "inference" not in identity.scopes:
+            raise Forbidden("this API key has no `inference` scope")
+        await self._note_use(identity.key_id, address)
+        return identity
+
+    async def _note_use(self, key_id: str, address: str | None) -> None:
+        now = time.monotonic()
+        if now - self._last_use.get(key_id, -LAST_USE_EVERY_S) < LAST_USE_EVERY_S:
+            return
+        if len(self._last_use) > 10_000:
+            self._last_use.clear()
+        self._last_use[key_id] = now
+        try:  # bookkeeping never refuses a request
+            fields = ["at", f"{time.time():.3f}", "addr", address or ""]
+            await self._redis.hset(self._names.last_use(key_id), items=fields)
+        except (RedisError, OSError):
+            pass
+
+    async def enforce_rate_limit(self, identity: KeyIdentity) -> None:
+        if identity.rate_per_s is None or identity.burst is None:
+            return
+        wait = await self._limiter.acquire(identity.key_id, identity.rate_per_s, identity.burst)
+        if wait > 0:
+            raise RateLimited(wait)
+
+    async def authorize(self, identity: KeyIdentity, deployment: str) -> None:
+        if not identity.allows(deployment):
+            raise Forbidden(f"this API key may not call deployment {deployment!r}")
+        if not identity.quota.limited:
+            return
+        now = datetime.now(UTC)
+        try:
+            row = await self._redis.hgetall(self._names.usage_month(identity.key_id, month_of(now)))
+        except (RedisError, OSError):
+            raise Unavailable("API keys cannot be verified right now; retry shortly") from None
+        refusal = quota_refusal(identity.quota, usage_from_redis(row), now)
+        if refusal is not None:
+            raise QuotaExceeded(refusal.message, headers={"Retry-After": str(refusal.retry_after_s)})
