@@ -16,6 +16,7 @@ from accounts.api_team import teams_router
 from accounts.auth import team_auth
 from contract.envelope import error_envelope
 from core.errors import ApplicationError
+from evalsets.api import router as datasets_router
 from inference.api.deployments import router as deployments_router
 from inference.api.jobs import router as jobs_router
 from inference.api.models import router as models_router
@@ -110,3 +111,4 @@ api.add_router("/models", models_router)
 api.add_router("/deployments", deployments_router)
 api.add_router("/nodes", nodes_router)
 api.add_router("/jobs", jobs_router)
+api.add_router("/datasets", datasets_router)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
+
+from django.conf import settings
 
 from inference.models import Job, JobKind, JobStatus, ModelVersion
 
@@ -10,17 +13,33 @@ MIB = 2**20  # sizes everywhere in the console (tables, plot, job pages) are MiB
 
 
 def public_result(value: Any) -> Any:
-    """A job result without server paths: keys named "path"/"*_path"/"*_dir" and absolute path strings go."""
+    """A job result without server paths: keys named "path"/"*_path"/"*_dir" go, and so do strings that
+    are paths under the server's folders (data, storage, code, temporary files, system folders).
+
+    Other strings starting with "/" stay: ONNX node names such as ``/_fc/Gemm`` in ``excluded``.
+    """
+    roots = _server_roots()
     if isinstance(value, dict):
         return {
             k: public_result(v)
             for k, v in value.items()
-            if not (k == "path" or k.endswith(("_path", "_dir")))
-            and not (isinstance(v, str) and v.startswith("/"))
+            if not (k == "path" or k.endswith(("_path", "_dir"))) and not _server_path(v, roots)
         }
     if isinstance(value, list):
-        return [public_result(v) for v in value if not (isinstance(v, str) and v.startswith("/"))]
+        return [public_result(v) for v in value if not _server_path(v, roots)]
     return value
+
+
+SYSTEM_ROOTS = ("/tmp", "/var", "/home", "/root", "/srv", "/opt", "/usr", "/etc", "/mnt", "/data", "/run")
+
+
+def _server_roots() -> tuple[str, ...]:
+    folders = [settings.DATA_DIR, settings.STORAGE_DIR, settings.BASE_DIR, tempfile.gettempdir()]
+    return (*(str(folder).rstrip("/") for folder in folders), *SYSTEM_ROOTS)
+
+
+def _server_path(value: Any, roots: tuple[str, ...]) -> bool:
+    return isinstance(value, str) and any(value == root or value.startswith(root + "/") for root in roots)
 
 
 def benchmark_table(result: dict | None) -> dict | None:
@@ -114,14 +133,19 @@ def version_rows(versions: list[ModelVersion]) -> list[dict]:
                 "agreement": agreement,
                 "options": (v.lineage or {}).get("options", {}),
                 "kind": (v.lineage or {}).get("kind", v.lineage.get("source", "")),
+                "tuning": (v.report or {}).get("tuning"),
             }
         )
     return rows
 
 
 def chart_points(rows: list[dict]) -> list[dict]:
-    """Points for the trade-off plot: latency at batch 8 against agreement, sized by file size."""
-    return [
+    """Points for the trade-off plot: latency at batch 8 against agreement, sized by file size.
+
+    A version made by a tuning job adds one point per tried configuration (``trial``; the kept one has
+    ``chosen``), timed against the same parent in the same run.
+    """
+    points = [
         {
             "label": r["label"],
             "latency": r["p50_b8"],
@@ -132,3 +156,26 @@ def chart_points(rows: list[dict]) -> list[dict]:
         for r in rows
         if r["p50_b8"] is not None and r["agreement"].get("value") is not None
     ]
+    return points + [point for r in rows for point in _trial_points(r)]
+
+
+def _trial_points(row: dict) -> list[dict]:
+    tuning = row.get("tuning") or {}
+    points = []
+    for trial in tuning.get("trials") or []:
+        value = _agreement({"agreement": trial.get("agreement")}).get("value")
+        if value is None or not isinstance(trial.get("latency_ms"), (int, float)):
+            continue
+        points.append(
+            {
+                "label": f"{row['label']} trial {trial.get('trial')}",
+                "latency": trial["latency_ms"],
+                "agreement": value,
+                "size_mib": (trial.get("size_bytes") or row["size_bytes"]) / MIB,
+                "precision": row["precision"],
+                "trial": trial.get("trial"),
+                "chosen": trial.get("trial") == tuning.get("chosen"),
+                "met": bool(trial.get("met")),
+            }
+        )
+    return points

@@ -1,4 +1,4 @@
-"""Calibration and validation inputs: bundled photos (augmented) and built-in sentences.
+"""Calibration and validation inputs: bundled photos (seeded augmentations), image folders, texts.
 
 Images go through the runner's own resize/crop/normalise code so calibration and evaluation see
 exactly what serving sees.
@@ -6,19 +6,25 @@ exactly what serving sees.
 
 from __future__ import annotations
 
+import functools
+import io
+import json
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image, ImageEnhance, ImageOps
+from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 
 from inference.runner.config import Preprocessing
 from inference.runner.preprocess import ImagePreprocessor
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
-# scikit-image photos shipped inside the wheel (no download); all RGB or RGBA.
-SKIMAGE_PHOTOS = (
+# Photos shipped inside the installed wheels (no download): the built-in set (calibration, validation,
+# tuning) is all of them, colour and greyscale, each in seeded augmented variants. Greyscale photos go
+# through the same RGB path as a greyscale upload would.
+COLOUR_PHOTOS = (
     "astronaut",
     "chelsea",
     "coffee",
@@ -28,7 +34,17 @@ SKIMAGE_PHOTOS = (
     "colorwheel",
     "retina",
     "logo",
+    "motorcycle_left",
+    "motorcycle_right",
+    "china.jpg",
+    "flower.jpg",
 )
+GREY_PHOTOS = ("camera", "coins", "moon", "clock", "brick", "grass", "gravel", "cell", "page")
+BUILTIN_PHOTOS = COLOUR_PHOTOS + GREY_PHOTOS
+SKIMAGE_PHOTOS = BUILTIN_PHOTOS  # the former name
+VALIDATION_VARIANTS = 16
+CALIBRATION_VARIANTS = 8
+VALIDATION_SEED, CALIBRATION_SEED = 12, 34
 
 SENTENCES = (
     "The quick brown fox jumps over the lazy dog.",
@@ -98,64 +114,192 @@ SENTENCES = (
 )
 
 
-def skimage_photos() -> list[Image.Image]:
-    """The RGB photos bundled with scikit-image, plus scikit-learn's two samples when installed."""
+@dataclass
+class ImageSet:
+    """Images with an id each (file name or ``photo#variant``) and a label when the set has them."""
+
+    name: str
+    images: list[Image.Image]
+    ids: list[str]
+    labels: list[str | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.labels:
+            self.labels = [None] * len(self.images)
+
+    @property
+    def labelled(self) -> bool:
+        return any(label is not None for label in self.labels)
+
+    def describe(self) -> dict[str, Any]:
+        classes = sorted({label for label in self.labels if label is not None})
+        return {
+            "name": self.name,
+            "count": len(self.images),
+            "labelled": self.labelled,
+            "classes": len(classes),
+        }
+
+
+@dataclass
+class TextSet:
+    name: str
+    texts: list[str]
+    ids: list[str]
+    labels: list[str | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.labels:
+            self.labels = [None] * len(self.texts)
+
+    @property
+    def labelled(self) -> bool:
+        return any(label is not None for label in self.labels)
+
+    def describe(self) -> dict[str, Any]:
+        classes = sorted({label for label in self.labels if label is not None})
+        return {
+            "name": self.name,
+            "count": len(self.texts),
+            "labelled": self.labelled,
+            "classes": len(classes),
+        }
+
+
+def _skimage(name: str) -> Image.Image:
     import skimage.data
 
-    photos = [_rgb(getattr(skimage.data, name)()) for name in SKIMAGE_PHOTOS]
-    # skimage's lazy-loader stub leaves stereo_motorcycle unannotated
-    left, right, _ = skimage.data.stereo_motorcycle()  # type: ignore[no-untyped-call]
-    photos += [_rgb(left), _rgb(right)]
-    try:
-        from sklearn.datasets import load_sample_images
-    except ImportError:
-        return photos
-    return photos + [_rgb(image) for image in load_sample_images().images]
+    if name.startswith("motorcycle_"):
+        left, right, _ = skimage.data.stereo_motorcycle()  # type: ignore[no-untyped-call]
+        return _rgb(left if name.endswith("left") else right)
+    return _rgb(getattr(skimage.data, name)())
+
+
+def _sklearn(name: str) -> Image.Image:
+    from sklearn.datasets import load_sample_image
+
+    return _rgb(load_sample_image(name))
+
+
+def photos(names: tuple[str, ...]) -> list[tuple[str, Image.Image]]:
+    """Named photos from the installed packages (scikit-learn's are skipped when it is not installed)."""
+    found = []
+    for name in names:
+        if name.endswith(".jpg"):
+            try:
+                found.append((name.removesuffix(".jpg"), _sklearn(name)))
+            except ImportError:
+                continue
+        else:
+            found.append((name, _skimage(name)))
+    return found
+
+
+def skimage_photos() -> list[Image.Image]:
+    """The photos of the built-in set (scikit-learn's two are skipped when it is not installed)."""
+    return [image for _, image in photos(BUILTIN_PHOTOS)]
 
 
 def _rgb(array: np.ndarray) -> Image.Image:
+    array = np.asarray(array)
+    if array.dtype == np.bool_:
+        array = array.astype(np.uint8) * 255
     return Image.fromarray(np.asarray(array, dtype=np.uint8)).convert("RGB")
 
 
-def _augmentations(image: Image.Image) -> list[Image.Image]:
+def augment(image: Image.Image, rng: np.random.Generator) -> Image.Image:
+    """One random variant: crop, flip, rotation, colour jitter, blur and JPEG re-encoding (each maybe)."""
     width, height = image.size
-    crop = (width // 8, height // 8, width - width // 8, height - height // 8)
-    return [
-        image,
-        ImageOps.mirror(image),
-        ImageOps.flip(image),
-        image.crop(crop),
-        image.crop((width // 4, height // 4, width - width // 4, height - height // 4)),
-        image.crop((0, 0, width * 3 // 4, height * 3 // 4)),
-        ImageEnhance.Brightness(image).enhance(0.7),
-        ImageEnhance.Brightness(image).enhance(1.3),
-        image.rotate(12, resample=Image.Resampling.BILINEAR),
-        image.rotate(-20, resample=Image.Resampling.BILINEAR, expand=True),
-    ]
+    scale = rng.uniform(0.45, 1.0)
+    aspect = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
+    w = min(width, max(16, int(width * scale * np.sqrt(aspect))))
+    h = min(height, max(16, int(height * scale / np.sqrt(aspect))))
+    left, top = int(rng.integers(0, width - w + 1)), int(rng.integers(0, height - h + 1))
+    image = image.crop((left, top, left + w, top + h))
+    if rng.random() < 0.5:
+        image = ImageOps.mirror(image)
+    if rng.random() < 0.1:
+        image = ImageOps.flip(image)
+    if rng.random() < 0.5:
+        angle = float(rng.uniform(-25, 25))
+        image = image.rotate(angle, resample=Image.Resampling.BILINEAR, expand=bool(rng.random() < 0.5))
+    image = ImageEnhance.Brightness(image).enhance(float(rng.uniform(0.65, 1.35)))
+    image = ImageEnhance.Contrast(image).enhance(float(rng.uniform(0.7, 1.3)))
+    image = ImageEnhance.Color(image).enhance(float(rng.uniform(0.6, 1.4)))
+    if rng.random() < 0.2:
+        image = image.filter(ImageFilter.GaussianBlur(float(rng.uniform(0.5, 1.5))))
+    if rng.random() < 0.6:
+        buffer = io.BytesIO()
+        image.save(buffer, format="JPEG", quality=int(rng.integers(30, 95)))
+        image = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+    return image
 
 
-def _calibration_variants(image: Image.Image) -> list[Image.Image]:
-    # Different transforms from the validation set so the two overlap only in the base photos.
-    width, height = image.size
-    return [
-        image,
-        image.transpose(Image.Transpose.TRANSPOSE),
-        image.crop((width // 4, height // 4, width, height)),
-        ImageEnhance.Contrast(image).enhance(1.2),
-    ]
+@functools.lru_cache(maxsize=4)
+def augmented_set(name: str, names: tuple[str, ...], variants: int, seed: int) -> ImageSet:
+    """Each photo as is plus ``variants - 1`` seeded random variants (the same images on every machine).
+
+    Cached: a tuning run calibrates and evaluates many times in one process (callers never modify it).
+    """
+    images, ids = [], []
+    for index, (photo, image) in enumerate(photos(names)):
+        rng = np.random.default_rng([seed, index])
+        images.append(image)
+        ids.append(f"{photo}#0")
+        for variant in range(1, variants):
+            images.append(augment(image, rng))
+            ids.append(f"{photo}#{variant}")
+    return ImageSet(
+        f"{name} ({len({i.split('#')[0] for i in ids})} photos x {variants} variants)", images, ids
+    )
+
+
+def builtin_validation() -> ImageSet:
+    """The built-in validation set: every packaged photo, each as is plus 15 seeded variants."""
+    return augmented_set("built-in photos", BUILTIN_PHOTOS, VALIDATION_VARIANTS, VALIDATION_SEED)
 
 
 def validation_images() -> list[Image.Image]:
-    """At least 100 images: each bundled photo in ten variants (flips, crops, brightness, rotation)."""
-    return [variant for photo in skimage_photos() for variant in _augmentations(photo)]
+    """The built-in validation images (see ``builtin_validation``)."""
+    return builtin_validation().images
+
+
+def load_image_folder(path: Path, limit: int | None = None) -> ImageSet:
+    """Images under ``path``: ``<dir>/<label>/<file>`` gives labels (folder names), a flat folder none.
+
+    Files are read in sorted order; ``limit`` keeps the first ones. Unreadable images raise ValueError.
+    """
+    root = Path(path)
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    files = files[:limit] if limit is not None else files
+    images, ids, labels = [], [], []
+    for file in files:
+        relative = file.relative_to(root)
+        try:
+            with Image.open(file) as opened:
+                images.append(opened.convert("RGB"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read image {relative}: {exc}") from None
+        ids.append(relative.as_posix())
+        labels.append(relative.parts[0] if len(relative.parts) > 1 else None)
+    if not images:
+        raise ValueError(f"no images ({', '.join(IMAGE_SUFFIXES)}) in the dataset folder")
+    return ImageSet(f"folder {root.name} ({len(images)} images)", images, ids, labels)
+
+
+def calibration_set(folder: Path | None = None, limit: int = 64) -> ImageSet:
+    """Calibration images from ``folder``, or the built-in photos in calibration-only seeded variants."""
+    if folder is not None:
+        return load_image_folder(folder, limit)
+    found = augmented_set("built-in calibration", BUILTIN_PHOTOS, CALIBRATION_VARIANTS, CALIBRATION_SEED)
+    # interleave photos so a small limit still covers every photo
+    order = sorted(range(len(found.images)), key=lambda i: (int(found.ids[i].split("#")[1]), i))[:limit]
+    return ImageSet(found.name, [found.images[i] for i in order], [found.ids[i] for i in order])
 
 
 def calibration_images(folder: Path | None = None, limit: int = 64) -> list[Image.Image]:
     """Images from ``folder`` (jpg/png/webp), or bundled photos in calibration-only variants."""
-    if folder is None:
-        return [v for photo in skimage_photos() for v in _calibration_variants(photo)][:limit]
-    paths = sorted(p for p in Path(folder).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
-    return [Image.open(p).convert("RGB") for p in paths[:limit]]
+    return calibration_set(folder, limit).images
 
 
 def image_arrays(images: list[Image.Image], preprocessing: dict[str, Any]) -> np.ndarray:
@@ -170,12 +314,49 @@ def image_arrays(images: list[Image.Image], preprocessing: dict[str, Any]) -> np
     return np.stack([pre.to_array(pre.resize_crop(image)) for image in images])
 
 
-def text_lines(path: Path | None = None, limit: int = 256) -> list[str]:
-    """Non-empty lines of a text file, or the built-in sentences."""
+def load_text_file(path: Path, limit: int | None = None) -> TextSet:
+    """Texts of a JSON Lines file (``{"text": ..., "label": optional}`` per line) or a plain text file
+    (one text per non-empty line)."""
+    path = Path(path)
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    lines = [line for line in lines if line]
+    texts: list[str] = []
+    labels: list[str | None] = []
+    json_lines = path.suffix.lower() in (".jsonl", ".ndjson")
+    for number, line in enumerate(lines, 1):
+        if json_lines:
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:
+                raise ValueError(f"line {number} of {path.name} is not JSON") from None
+            if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+                raise ValueError(f'line {number} of {path.name} has no "text" string')
+            label = item.get("label")
+            texts.append(item["text"])
+            labels.append(None if label is None else str(label))
+        else:
+            texts.append(line)
+            labels.append(None)
+        if limit is not None and len(texts) >= limit:
+            break
+    if not texts:
+        raise ValueError(f"{path.name} holds no texts")
+    ids = [f"line {i}" for i in range(1, len(texts) + 1)]
+    return TextSet(f"file {path.name} ({len(texts)} texts)", texts, ids, labels)
+
+
+def text_set(path: Path | None = None, limit: int = 256) -> TextSet:
     if path is None:
-        return list(SENTENCES[:limit])
-    lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
-    return [line for line in lines if line][:limit]
+        texts = list(SENTENCES[:limit])
+        return TextSet(
+            f"built-in sentences ({len(texts)})", texts, [f"sentence {i}" for i in range(len(texts))]
+        )
+    return load_text_file(path, limit)
+
+
+def text_lines(path: Path | None = None, limit: int = 256) -> list[str]:
+    """Texts of a file (JSON Lines or one per line), or the built-in sentences."""
+    return text_set(path, limit).texts
 
 
 def batches(arrays: dict[str, np.ndarray], size: int) -> Iterator[dict[str, np.ndarray]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
+from core.errors import ValidationFailed
 from inference import storage
 from inference.jobs.runner import JobReporter
 from inference.models import Job, ModelVersion
@@ -23,6 +24,7 @@ from inference.services.registry import version_derive, version_file
 # What a converted model is compared on unless the kind says otherwise (validation inputs, timed runs).
 COMPARE_LIMIT = 256
 COMPARE_RUNS = 24
+CLASSIFIER_TASKS = ("image-classification", "text-classification")  # scored against labelled sets
 
 
 @dataclass
@@ -96,13 +98,64 @@ def compare_with_parent(
     *,
     limit: int = COMPARE_LIMIT,
     runs: int = COMPARE_RUNS,
+    dataset: Path | None = None,
+    labels: list[str] | None = None,
 ) -> dict:
-    """Agreement and latency of ``child`` against ``parent`` (both stored versions), over 0..95 % of the job."""
+    """Agreement and latency of ``child`` against ``parent`` (both stored versions), over 0..95 % of the job.
+
+    ``dataset``: a team's validation set as ``evalsets.services.dataset_materialize`` lays it out;
+    ``labels``: the model's label list, to score accuracy on a labelled set. A classifier's report also
+    has ``disagreements`` (the examples where the two top-1 answers differ).
+    """
     with sandbox(reporter) as box:
         old = put_version(box, version_inputs(parent), "parent")
         new = put_version(box, version_inputs(child), "child")
         args = {**old, "parent": old["model"], "child": new["model"], "limit": limit, "runs": runs}
-        return box.call("compare", args, progress=reporter.scaled(0, 95), cancelled=reporter.cancelled)
+        if dataset is not None:
+            args["dataset"] = str(box.put(dataset.name, dataset))
+        if labels:
+            args["labels"] = labels
+        found = box.call("compare", args, progress=reporter.scaled(0, 95), cancelled=reporter.cancelled)
+    return split_disagreements(found)
+
+
+def split_disagreements(report: dict) -> dict:
+    """The comparison's per-example disagreements beside its agreement figures rather than inside them."""
+    agreement = report.get("agreement")
+    if not isinstance(agreement, dict) or "disagreements" not in agreement:
+        return report
+    kept = {key: value for key, value in agreement.items() if key != "disagreements"}
+    return {**report, "agreement": kept, "disagreements": agreement["disagreements"]}
+
+
+def dataset_labels(
+    job: Job, version: ModelVersion, dataset_id: int, *, required: bool, needed_by: str = ""
+) -> list[str] | None:
+    """The version's label list when the team's dataset is labelled with some of those labels, else None.
+
+    ``required``: such a dataset is needed (by ``needed_by``, which starts the message); a
+    ValidationFailed says what is wrong with this one.
+    """
+    from evalsets.selectors import dataset_get_by_id
+
+    dataset = dataset_get_by_id(team=job.team, dataset_id=dataset_id)
+    known = {label.casefold() for label in version.labels or []}
+    counts: dict[str, int] = dataset.class_counts or {}
+    if dataset.labelled and any(label.casefold() in known for label in counts):
+        return list(version.labels)
+    if not dataset.labelled:
+        why = f"dataset {dataset.name!r} has no labels"
+    elif not known:
+        why = f"{version} has no label list to score the labels of dataset {dataset.name!r} against"
+    else:
+        why = (
+            f"none of the labels of dataset {dataset.name!r} ({', '.join(sorted(counts)[:5])}) is one of the "
+            f"model's {len(version.labels)} labels ({', '.join(list(version.labels)[:5])}); "
+            "labels are matched case-insensitively"
+        )
+    if required:
+        raise ValidationFailed(f"{needed_by}: {why}" if needed_by else why)
+    return None
 
 
 def job_lineage(job: Job) -> dict:
@@ -141,7 +194,7 @@ def derive_compared(
         }
         result = box.call("convert", args, progress=reporter.scaled(0, 95), cancelled=reporter.cancelled)
         converted = box.take("model.onnx", workdir / "model.onnx")
-    report = {key: result.get(key) for key in ("conversion", "agreement", "latency")}
+    report = split_disagreements({key: result.get(key) for key in ("conversion", "agreement", "latency")})
     reporter.progress(96, "storing the new version")
     version = version_derive(
         parent=source,

@@ -1,6 +1,7 @@
 """Tiny real models, built in a second or so: ONNX graphs and Hugging Face folders.
 
-ONNX: ``colour_classifier`` (mean colour -> red/green/blue), ``slow_classifier`` (a heavy convolution),
+ONNX: ``colour_classifier`` (mean colour -> red/green/blue), ``outlier_classifier`` (INT8 needs its last
+layer in float), ``slow_classifier`` (a heavy convolution),
 ``tiny_cnn`` (1000 classes), ``tiny_bert_onnx`` (a BERT encoder). Hugging Face folders: ``tiny_vit_folder``,
 ``tiny_bert_folder``, ``tiny_llama_folder``; ``exported_causal_lm`` exports an untrained Llama or GPT-2.
 torch and transformers are imported inside the builders that need them.
@@ -47,6 +48,40 @@ def colour_classifier(path: Path, size: int = 16) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+
+
+def outlier_classifier(path: Path, size: int = 16) -> Path:
+    """Conv -> Relu -> pool -> Gemm with one class biased to -1000: INT8 logits lose the real classes.
+
+    MinMax calibration stretches the logits' 8-bit range to cover -1000, so the five real classes fall
+    into one step and top-1 breaks; keeping the last layer (the Gemm) in float fixes it.
+    """
+    rng = np.random.default_rng(3)
+    bias = rng.standard_normal(6).astype(np.float32)
+    bias[5] = -1000.0
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 1, 1)).astype(np.float32), "conv_w"),
+        numpy_helper.from_array(rng.standard_normal((6, 8)).astype(np.float32) * 2, "fc_w"),
+        numpy_helper.from_array(bias, "fc_b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["pixel_values", "conv_w"], ["conv"], name="stem"),
+        helper.make_node("Relu", ["conv"], ["relu"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["relu"], ["pooled"], name="pool"),
+        helper.make_node("Flatten", ["pooled"], ["flat"], name="flatten"),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="classifier", transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "outlier",
+        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["batch", 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 6])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
     onnx.save(model, path)
     return path
 
