@@ -43,6 +43,13 @@ class ApiKeyScope(models.TextChoices):
     MANAGE = "manage", "Management API (/api/v1/)"
 
 
+class ApiKeyKind(models.TextChoices):
+    STANDARD = "standard", "Standard"
+    # Minted by the console's playground for the signed-in person: inference only, expires in minutes,
+    # left out of the team's key lists (accounts.playground_keys).
+    PLAYGROUND = "playground", "Playground (short-lived)"
+
+
 class ApiKey(models.Model):
     """A bearer key, found by its unique `prefix`. The clear key is shown once at creation and never stored.
 
@@ -77,6 +84,7 @@ class ApiKey(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     last_used_address = models.GenericIPAddressField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    kind = models.CharField(max_length=16, choices=ApiKeyKind.choices, default=ApiKeyKind.STANDARD)
 
     class Meta:
         ordering = ["-created_at"]

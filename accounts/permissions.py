@@ -40,6 +40,10 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "job.start": WRITERS,
     "job.cancel": WRITERS,
     "job.retry": WRITERS,
+    # validation datasets
+    "dataset.read": EVERYONE,
+    "dataset.create": WRITERS,
+    "dataset.delete": WRITERS,
     # deployments
     "deployment.read": EVERYONE,
     "deployment.create": WRITERS,
@@ -53,6 +57,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "key.manage_others": MANAGERS,  # revoke or change the keys of others
     # nodes: every member sees the list (region, status, load); inventories are for staff only
     "node.read": EVERYONE,
+    "node.manage": MANAGERS,  # join tokens, cordon, drain, remove, credential rotation
 }
 
 ROLE_RANK: dict[str, int] = {VIEWER: 0, MEMBER: 1, ADMIN: 2, OWNER: 3}

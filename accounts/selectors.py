@@ -12,7 +12,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from accounts import keycache, usage
-from accounts.models import ApiKey, ApiKeyUsage, AuditEvent, Invitation, Membership, Team
+from accounts.models import ApiKey, ApiKeyKind, ApiKeyUsage, AuditEvent, Invitation, Membership, Team
 from contract.quotas import USAGE_FIELDS
 from core.errors import NotFound
 
@@ -51,7 +51,8 @@ def invitations_for_team(*, team: Team) -> QuerySet[Invitation]:
 
 
 def api_keys_for_team(*, team: Team) -> QuerySet[ApiKey]:
-    return ApiKey.objects.filter(team=team).select_related("created_by")
+    """The team's keys, without the playground's short-lived ones (`accounts.playground_keys`)."""
+    return ApiKey.objects.filter(team=team).exclude(kind=ApiKeyKind.PLAYGROUND).select_related("created_by")
 
 
 def audit_events_for_team(*, team: Team, limit: int = 50) -> QuerySet[AuditEvent]:
@@ -90,7 +91,7 @@ def audit_events_query(
 
 
 def api_key_for_team(*, team: Team, key_id: int) -> ApiKey:
-    api_key = ApiKey.objects.filter(team=team, pk=key_id).first()
+    api_key = ApiKey.objects.filter(team=team, pk=key_id).exclude(kind=ApiKeyKind.PLAYGROUND).first()
     if api_key is None:
         raise NotFound("API key not found")
     return api_key

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from accounts import keycache, keyhash
 from accounts.addresses import current_address
-from accounts.models import ApiKey, ApiKeyScope, AuditEvent, Membership, Role, Team
+from accounts.models import ApiKey, ApiKeyKind, ApiKeyScope, AuditEvent, Membership, Role, Team
 from accounts.permissions import permission_require
 from contract.apikeys import key_generate, key_is_well_formed, key_prefix
 from core.errors import NotFound, ValidationFailed
@@ -105,8 +105,11 @@ def api_key_create(
     quota_requests: int | None = None,
     quota_images: int | None = None,
     quota_tokens: int | None = None,
+    kind: str = ApiKeyKind.STANDARD,
 ) -> tuple[ApiKey, str]:
     """Create a key and return it with its clear text, which is never stored and shown only now.
+
+    `kind` is `playground` only for the console's short-lived playground keys (`accounts.playground_keys`).
 
     Only the peppered HMAC (`accounts.keyhash`) is stored. Its signed cache entry is written at once, so
     runners called directly accept it from the first request.
@@ -129,10 +132,10 @@ def api_key_create(
         api_key = ApiKey.objects.create(
             team=team, created_by=actor, prefix=prefix, key_hash=stored.key_hash,
             hash_scheme=stored.hash_scheme, digest_sealed=stored.digest_sealed, scopes=scopes,
-            rate_per_s=rate_per_s, burst=burst, **limits,
+            rate_per_s=rate_per_s, burst=burst, kind=kind, **limits,
         )  # fmt: skip
         audit_record(team=team, actor=actor, action="api_key.create", target=prefix,
-                     data={"scopes": scopes, **_limits_for_audit(api_key)})  # fmt: skip
+                     data={"scopes": scopes, "kind": kind, **_limits_for_audit(api_key)})  # fmt: skip
         transaction.on_commit(lambda: keycache.cache_put(api_key))
     return api_key, clear
 
@@ -152,7 +155,13 @@ def api_key_update(*, team: Team, actor, key_id: int, changes: dict) -> ApiKey:
     changes = _check_limits(changes)
     permission_require(team=team, user=actor, action="key.update")
     with transaction.atomic():
-        api_key = ApiKey.objects.select_for_update().filter(team=team, pk=key_id).first()
+        # A playground key cannot be changed (its expiry stays minutes away): as if it did not exist.
+        api_key = (
+            ApiKey.objects.select_for_update()
+            .filter(team=team, pk=key_id)
+            .exclude(kind=ApiKeyKind.PLAYGROUND)
+            .first()
+        )
         if api_key is None:
             raise NotFound("API key not found")
         if api_key.created_by_id != actor.pk:  # members change their own keys; admins anyone's

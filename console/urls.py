@@ -19,6 +19,7 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("accounts/", include("accounts.urls")),
     path("", include("inference.urls")),
+    path("", include("evalsets.urls")),
 ]
 
 # Django's admin is one more password prompt on the internet: off unless LANTAU_ADMIN=1.

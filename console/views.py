@@ -14,6 +14,8 @@ from django.views.decorators.http import require_GET
 from accounts import keycache
 from accounts.current import membership_for_request
 from inference import selectors
+from inference.live import node_stats_payload, region_traffic
+from inference.models import Region
 
 
 @require_GET
@@ -41,12 +43,90 @@ def readyz(request):
 
 @login_required
 def dashboard(request):
+    """The fleet at a glance for the team: traffic per region, nodes, what needs attention, recent jobs.
+
+    The page is rendered current and then kept live by `/ws/overview/` (inference.consumers).
+    """
     membership = membership_for_request(request)
-    context = {"deployments": [], "models": [], "nodes": list(selectors.nodes_all())}
+    nodes = list(selectors.nodes_with_load())
+    context: dict = {"deployments": [], "models": [], "nodes": _node_rows(nodes), "attention": [], "jobs": [],
+                     "regions": []}  # fmt: skip
     if membership:
-        context["deployments"] = list(selectors.deployments_for_team(team=membership.team))
-        context["models"] = list(selectors.models_for_team(team=membership.team))
+        team = membership.team
+        deployments = list(selectors.deployments_for_team(team=team))
+        context |= {
+            "deployments": deployments,
+            "models": list(selectors.models_for_team(team=team)),
+            "attention": [
+                _attention(d, status) for d, status in selectors.deployments_needing_attention(team=team)
+            ],
+            "jobs": list(selectors.jobs_recent(team=team)),
+            "regions": _region_rows(region_traffic(team_id=team.pk), nodes, deployments),
+        }
     return render(request, "console/dashboard.html", context)
+
+
+def _gib(value: int | None) -> str:
+    return "–" if value is None else f"{value / 2**30:.1f}"
+
+
+def _node_rows(nodes: list) -> list[dict]:
+    """Each node's latest figures as the overview shows them (overview.js formats pushes the same way)."""
+    rows = []
+    for node in nodes:
+        stats = node_stats_payload(node.name, node.inventory, ts=0)
+        gpus = [
+            {**g, "memory": f"{_gib(g['memory_used'])} / {_gib(g['memory_total'])} GiB",
+             "percent": round(g["utilization"] or 0)}
+            for g in stats["gpus"]
+        ]  # fmt: skip
+        cpu = stats["cpu_percent"]
+        rows.append({
+            "node": node,
+            "cpu": "–" if cpu is None else f"{cpu:.0f}%",
+            "memory": f"{_gib(stats['memory_used'])} / {_gib(stats['memory_total'])} GiB",
+            "gpus": gpus,
+        })  # fmt: skip
+    return rows
+
+
+def _region_rows(traffic: list, nodes: list, deployments: list) -> list[dict]:
+    rows = []
+    for entry in traffic:
+        region = entry["region"]
+        rows.append({
+            **entry,
+            "label": dict(Region.choices).get(region, region),
+            "nodes_online": sum(1 for n in nodes if n.region == region and n.status == "online"),
+            "deployments": sum(1 for d in deployments if d.region == region),
+        })  # fmt: skip
+    return rows
+
+
+def _attention(deployment, status: str) -> dict:
+    """Why a deployment is not ready, in words: the scheduler's placement reasons, replica errors, or
+    replicas running outside the region it asked for."""
+    reasons: list[str] = placement_reasons(getattr(deployment, "placement", None))
+    replicas = list(deployment.replica_set.all())
+    reasons += [f"r{r.pk}: {r.error[:160]}" for r in replicas if r.error][:3]
+    elsewhere = sorted({r.node.region for r in replicas if r.node.region != deployment.region})
+    if elsewhere:
+        reasons.append(f"placed in {', '.join(elsewhere).upper()}, not {deployment.region.upper()}")
+    if not replicas and status == "unplaced":
+        reasons.append("no node can take a replica yet")
+    return {"deployment": deployment, "status": status, "reasons": [r for r in reasons if r]}
+
+
+def placement_reasons(placement) -> list[str]:
+    """Up to three of the scheduler's reasons (a string, a list, or per-node reasons in a dict)."""
+    if isinstance(placement, dict):
+        found = placement.get("reasons", placement.get("reason", placement))
+        if isinstance(found, dict):
+            return [f"{node}: {why}" for node, why in found.items()][:3]
+        placement = found
+    if isinstance(placement, list):
+        return [str(item) for item in placement][:3]
+    return [str(placement)] if placement else []
 
 
 def plotly_js(request):

@@ -3,7 +3,7 @@
 import json
 
 from django.contrib import messages
-from django.http import QueryDict
+from django.http import Http404, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -13,6 +13,7 @@ from core.forms import form_int
 from inference import selectors
 from inference.jobs.registry import kind_choices
 from inference.models import Device, Region, Task
+from inference.node_views import labels_text, parse_labels
 from inference.reports import benchmark_table, chart_points, public_result, version_rows
 from inference.services.deployments import (
     DeploymentSpec,
@@ -53,15 +54,39 @@ def job_detail(request, membership, job_id: int):
     job = team_object_or_404(selectors.job_get, membership=membership, job_id=job_id)
     result = public_result(job.result or {})
     figures = benchmark_table(result)
+    shown = {key: value for key, value in result.items() if key != "disagreements"}
     context = {
         "job": job,
         "can_write": membership.can_write,
         "options_json": json.dumps(public_result(job.options), indent=2),
         "figures": figures,
         # Other kinds' results (and what a benchmark holds besides its figures) stay JSON, without paths.
-        "result_json": json.dumps(result, indent=2) if result and not figures else "",
+        # The listed disagreements are a download of their own (job_disagreements), not part of this JSON.
+        "result_json": json.dumps(shown, indent=2) if shown and not figures else "",
+        "disagreements": (result.get("disagreements") or {}).get("count"),
     }
     return render(request, "inference/job_detail.html", context)
+
+
+@member_required
+def job_disagreements(request, membership, job_id: int):
+    """The examples where a job's converted model and its parent disagree (evaluate, INT8), as JSON."""
+    job = team_object_or_404(selectors.job_get, membership=membership, job_id=job_id)
+    result = public_result(job.result or {})
+    found = result.get("disagreements")
+    if not found:
+        raise Http404("this job's report lists no disagreements")
+    body = {
+        "job": job.pk,
+        "kind": job.kind,
+        "version": str(job.output or job.source),
+        "dataset": result.get("dataset") or (result.get("tuning") or {}).get("dataset"),
+        "accuracy": (result.get("agreement") or {}).get("accuracy"),
+        **found,
+    }
+    response = JsonResponse(body, json_dumps_params={"indent": 2})
+    response["Content-Disposition"] = f'attachment; filename="job-{job.pk}-disagreements.json"'
+    return response
 
 
 @member_required
@@ -123,7 +148,26 @@ def _spec_from_form(post) -> DeploymentSpec:
         device=post.get("device", Device.CPU),
         max_batch_size=form_int(post, "max_batch_size", default=8),
         max_queue_delay_ms=form_int(post, "max_queue_delay_ms", default=5),
+        node_selector=parse_labels(post.get("node_selector", "")),
     )
+
+
+def _create_defaults() -> dict:
+    """What the create form shows before anything is typed: the API's defaults (DeploymentSpec)."""
+    spec = DeploymentSpec
+    return {"replicas": spec.replicas, "region": spec.region, "device": spec.device, "node_selector": "",
+            "max_batch_size": spec.max_batch_size, "max_queue_delay_ms": spec.max_queue_delay_ms}  # fmt: skip
+
+
+def _settings_from_form(post) -> dict:
+    """The deployment page's settings form: how replicas run (batching, device, region, node labels)."""
+    return {
+        "max_batch_size": form_int(post, "max_batch_size"),
+        "max_queue_delay_ms": form_int(post, "max_queue_delay_ms"),
+        "device": post.get("device", ""),
+        "region": post.get("region", ""),
+        "node_selector": parse_labels(post.get("node_selector", "")),
+    }
 
 
 def call_example(base: str, name: str, task: str) -> str:
@@ -168,6 +212,7 @@ def deployment_list(request, membership):
     ] or [{"name": "", "task": "Image classification", "curl": call_example(base, "<name>", Task.IMAGE_CLASSIFICATION)}]  # fmt: skip
     context = {
         "form": form,
+        "initial": form if form is not None else _create_defaults(),
         "examples": examples,
         "deployments": deployments,
         "versions": selectors.versions_for_team(team=membership.team),
@@ -186,6 +231,15 @@ def deployment_detail(request, membership, name: str):
         "d": deployment,
         "status": selectors.deployment_status(deployment),
         "can_write": membership.can_write,
+        "regions": Region.choices,
+        "devices": Device.choices,
+        "settings": {
+            "region": deployment.region,
+            "device": deployment.device,
+            "max_batch_size": deployment.max_batch_size,
+            "max_queue_delay_ms": deployment.max_queue_delay_ms,
+            "node_selector": labels_text(deployment.node_selector),
+        },  # fmt: skip
         "versions": selectors.versions_for_team(team=membership.team).filter(
             model=deployment.model_version.model
         ),
@@ -203,6 +257,8 @@ def _deployment_change(request, membership, deployment, action: str | None) -> N
         deployment_update(team=team, actor=actor, deployment=deployment, desired_state=state)
     elif action == "scale":
         deployment_update(team=team, actor=actor, deployment=deployment, replicas=form_int(post, "replicas"))
+    elif action == "settings":  # a change of how replicas run rolls them over one at a time
+        deployment_update(team=team, actor=actor, deployment=deployment, **_settings_from_form(post))
     elif action == "version":
         deployment_update(
             team=team, actor=actor, deployment=deployment, model_version_id=form_int(post, "model_version_id")

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from tests.browser.pages import wait_for_js
 from tests.support.factories import image_bytes
 from tests.support.tiny_models import COLOURS, colour_classifier
 
@@ -45,7 +46,7 @@ def test_upload_deploy_and_create_key_in_the_browser(page, stack, bea, tmp_path)
     page.set_input_files("#upload-form input[name=files]", str(model))
     page.set_input_files("#upload-form input[name=labels_file]", str(labels))
     page.click("#upload-form button[type=submit]")
-    page.wait_for_function("() => /Stored|failed/.test(document.getElementById('upload-status').textContent)")
+    wait_for_js(page, "() => /Stored|failed/.test(document.getElementById('upload-status').textContent)")
     assert "Stored" in page.locator("#upload-status").inner_text(), page.locator(
         "#upload-status"
     ).inner_text()
@@ -137,7 +138,12 @@ def test_quantization_job_progress_is_live_and_the_tradeoff_is_plotted(page, sta
     page.wait_for_selector("#jobs .job-status.succeeded", timeout=90000)
     page.wait_for_selector("#versions td:text-is('plot-colours:2')", timeout=30000)
     page.wait_for_selector("#tradeoff .scatterlayer .point", state="attached", timeout=30000)
-    assert page.locator("#tradeoff .scatterlayer .point").count() == 2  # the parent and its INT8 child
+    # The parent and its INT8 child, plus the tuning job's tried configurations (a second trace, the
+    # kept one drawn as a star).
+    assert page.locator("#tradeoff .scatterlayer .trace").count() == 2
+    assert page.locator("#tradeoff .scatterlayer .point").count() >= 3
+    tried = page.evaluate("document.getElementById('tradeoff').data[1]")
+    assert tried["name"] == "tried configurations" and tried["marker"]["symbol"].count("star") == 1
     page.screenshot(path=str(stack.workdir / "model.png"), full_page=True)
 
 
@@ -187,7 +193,7 @@ def test_deployment_page_draws_live_latency_and_throughput(page, stack, bea, tmp
     with stack.client(manage) as api:
         assert api.patch("/api/v1/deployments/live-colours", json={"replicas": 2}).status_code == 200
     page.wait_for_selector("#replicas tbody tr[data-replica] >> nth=1", timeout=30000)
-    page.wait_for_function("document.querySelectorAll('#replicas .pill.ready').length === 2", timeout=60000)
+    wait_for_js(page, "() => document.querySelectorAll('#replicas .pill.ready').length === 2", timeout=60)
     page.wait_for_selector("#deployment-status.ready", timeout=30000)
     page.screenshot(path=str(stack.workdir / "deployment.png"), full_page=True)
 

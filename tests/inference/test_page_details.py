@@ -44,8 +44,13 @@ def test_api_job_and_version_output_hold_no_server_path(owner_client, bench_job,
     job = owner_client.get(f"/api/v1/jobs/{bench_job.pk}").json()
     assert job["result"]["batches"]["8"]["p50_ms"] == BENCH["batches"]["8"]["p50_ms"]
     assert "path" not in job["result"] and "/var/lib" not in json.dumps(job)
-    assert public_result({"a": {"model_path": "/x", "keep": "y", "files": ["/x/y", "z"]}}) == {
+    assert public_result({"a": {"model_path": "/x", "keep": "y", "files": ["/var/lib/lantau/y", "z"]}}) == {
         "a": {"keep": "y", "files": ["z"]}
+    }
+    # ONNX node names look like paths but are not: a tuning report's excluded nodes keep them.
+    assert public_result({"excluded": ["/_fc/Gemm", "/tmp/x.onnx"], "node": "/stem/Conv"}) == {
+        "excluded": ["/_fc/Gemm"],
+        "node": "/stem/Conv",
     }
 
 

@@ -19,6 +19,7 @@ from accounts.models import ApiKey, Membership, Role, Team
 from accounts.permissions import PERMISSIONS, role_allows
 from console import urls as console_urls
 from console.api import api
+from evalsets.models import Dataset
 from inference.models import Deployment, Job, ModelVersion
 from tests.support import people
 from tests.support.tiny_models import COLOURS, colour_classifier
@@ -77,6 +78,19 @@ ATTEMPTS = {
     "key.revoke": lambda a, t: a.client.delete(f"/api/v1/keys/{a.own_key.pk}"),
     "key.manage_others": lambda a, t: a.client.delete(f"/api/v1/keys/{a.sam_key.pk}"),
     "node.read": lambda a, t: a.client.get("/api/v1/nodes"),
+    "node.manage": lambda a, t: post(a.client, "/api/v1/nodes/join-tokens", {"region": "hk"}),
+    "dataset.read": lambda a, t: a.client.get("/api/v1/datasets"),
+    "dataset.create": lambda a, t: a.client.post(
+        "/api/v1/datasets",
+        {"name": "texts", "kind": "texts", "file": SimpleUploadedFile("t.jsonl", b'{"text": "hi"}\n')},
+        format="multipart",
+    ),
+    "dataset.delete": lambda a, t: (
+        Dataset.objects.create(
+            team=a.team, name="spare", kind="texts", sha256="0" * 64, size_bytes=1, item_count=1
+        ),
+        a.client.delete("/api/v1/datasets/spare"),
+    )[1],
 }
 
 
@@ -123,8 +137,22 @@ API_ROUTES = {
     "POST /deployments": "deployment.create",
     "GET /deployments/{name}": "deployment.read",
     "PATCH /deployments/{name}": "deployment.update",
+    "POST /deployments/{name}/rollback": "deployment.update",
+    "POST /deployments/{name}/canary": "deployment.update",
+    "POST /deployments/{name}/canary/promote": "deployment.update",
+    "POST /deployments/{name}/canary/abort": "deployment.update",
+    "PUT /deployments/{name}/autoscaling": "deployment.update",
     "DELETE /deployments/{name}": "deployment.delete",
     "GET /nodes": "node.read",
+    "GET /nodes/{name}": "node.read",
+    "POST /nodes/join-tokens": "node.manage",
+    "POST /nodes/{name}/cordon": "node.manage",
+    "POST /nodes/{name}/uncordon": "node.manage",
+    "POST /nodes/{name}/drain": "node.manage",
+    "POST /nodes/{name}/rotate": "node.manage",
+    "DELETE /nodes/{name}": "node.manage",
+    "POST /nodes/join": NODE_AGENT,  # the join token in the body is the credential
+    "POST /nodes/credential": NODE_AGENT,
     "POST /nodes/heartbeat": NODE_AGENT,
     "GET /nodes/artifacts/{sha256}": NODE_AGENT,
     "GET /jobs": "job.read",
@@ -133,6 +161,10 @@ API_ROUTES = {
     "POST /jobs/{job_id}/cancel": "job.cancel",
     "POST /jobs/{job_id}/retry": "job.retry",
     "GET /jobs/{job_id}/log": "job.read",
+    "GET /datasets": "dataset.read",
+    "POST /datasets": "dataset.create",
+    "GET /datasets/{name}": "dataset.read",
+    "DELETE /datasets/{name}": "dataset.delete",
 }
 
 
@@ -185,7 +217,9 @@ def _acme_untouched(acme) -> None:
 
 
 # Well-formed for every PATCH route above, so a refusal cannot hide behind a 422.
-VALID_BODY = {"role": "viewer", "replicas": 2, "name": "renamed"}
+# (model_version_id, percent: canaries; max_replicas: autoscaling)
+VALID_BODY = {"role": "viewer", "replicas": 2, "name": "renamed", "model_version_id": 1, "percent": 10,
+              "max_replicas": 2}  # fmt: skip
 
 
 @pytest.fixture
@@ -243,8 +277,20 @@ HTML_ROUTES = {
     "inference:job-new": TEAM_OBJECT,
     "inference:job-detail": TEAM_OBJECT,
     "inference:job-action": TEAM_OBJECT,
+    "inference:job-disagreements": TEAM_OBJECT,
     "inference:deployment-detail": TEAM_OBJECT,
     "inference:deployment-action": TEAM_OBJECT,
+    "inference:playground": TEAM_PAGE,
+    "inference:playground-key": TEAM_PAGE,  # POST only; mints for the caller's own team
+    "inference:playground-sample": SIGNED_IN,  # bundled photos, no team data
+    "inference:deployment-playground": TEAM_OBJECT,
+    "inference:job-list": TEAM_PAGE,
+    "inference:node-list": TEAM_PAGE,  # nodes are install-wide; the page lists only the viewer's replicas
+    "inference:node-join-token": TEAM_PAGE,  # POST only, node.manage
+    "inference:node-detail": TEAM_OBJECT,  # install-wide node; "colours" is no node's name: 404
+    "inference:node-action": TEAM_OBJECT,
+    "datasets:dataset-list": TEAM_PAGE,
+    "datasets:dataset-delete": TEAM_OBJECT,
 }
 
 

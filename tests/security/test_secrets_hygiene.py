@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import time
 from pathlib import Path
 
 import httpx
@@ -55,11 +56,12 @@ def test_a_runner_started_by_the_agent_inherits_no_console_secret(monkeypatch, c
     redis_url = (
         f"redis://:{REDIS_PASSWORD}@127.0.0.1:1/0"  # nothing listens there: Redis errors are logged only
     )
-    proc = supervisor.start(desired, colour_model_dir, bind_host="127.0.0.1", advertise_host="127.0.0.1",
-                            threads=1, redis_url=redis_url)  # fmt: skip
+    runners = supervisor.Supervisor(colour_model_dir / "node", threads=1, redis_url=redis_url, echo=False)
+    replica = runners.ensure(desired, colour_model_dir)
     try:
-        environ = proc_strings(proc.process.pid, "environ")
-        cmdline = proc_strings(proc.process.pid, "cmdline")
+        assert replica.record is not None
+        environ = proc_strings(replica.record.pid, "environ")
+        cmdline = proc_strings(replica.record.pid, "cmdline")
         names = {entry.split("=", 1)[0] for entry in environ if entry}
         assert {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "LANTAU_NODE_TOKEN"}.isdisjoint(names)
         assert not any(SECRET_KEY in e or "pg-password" in e for e in environ)
@@ -68,9 +70,13 @@ def test_a_runner_started_by_the_agent_inherits_no_console_secret(monkeypatch, c
         # The console's limits travel as flags; unknown or malformed ones are left out.
         assert cmdline[cmdline.index("--max-json-depth") + 1] == "16" and "--max-inputs" not in cmdline
         assert cmdline[cmdline.index("--host") + 1] == "127.0.0.1"
-        assert proc.runner.wait_listening(60)
+        deadline = time.monotonic() + 60
+        while replica.port is None and replica.record is not None and time.monotonic() < deadline:
+            runners.tick()  # the agent finds the port in the runner's log
+            time.sleep(0.1)
+        assert replica.port
     finally:
-        supervisor.stop(proc)
+        runners.stop_all()
 
 
 def test_the_agent_reads_its_token_from_a_0600_file_or_the_environment(tmp_path, monkeypatch, caplog) -> None:

@@ -1,0 +1,150 @@
+"""Console pages for nodes: the list, a page per node with live charts, admin actions and join tokens.
+
+Nodes are install-wide (every team's replicas share them); a node page shows only the replicas of the
+viewer's team. Cordon, drain, remove and join tokens need `node.manage` (`accounts.permissions`), checked
+here before the service is called and again by the service itself.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from accounts.decorators import member_required
+from accounts.permissions import membership_allows
+from core.errors import ApplicationError, ValidationFailed
+from core.forms import form_int
+from inference import selectors
+from inference.models import Node, Region
+from inference.services import nodes as node_services
+
+NODE_ACTIONS = ("cordon", "uncordon", "drain", "remove")
+JOIN_SESSION = "lantau-new-join-token"
+
+
+def _may_manage(membership) -> bool:
+    return membership_allows(membership, "node.manage")
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """``gpu=h200, zone=a`` (commas or new lines) as a dict; ValidationFailed names a malformed pair."""
+    labels: dict[str, str] = {}
+    for part in text.replace("\n", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise ValidationFailed(f"labels are key=value pairs separated by commas; {part!r} is not one")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+def labels_text(labels: dict | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (labels or {}).items())
+
+
+@member_required
+def node_list(request, membership):
+    """Every node with its region, state, load and GPUs; admins also get "add a node"."""
+    context = {
+        "nodes": list(selectors.nodes_with_load()),
+        "can_manage": _may_manage(membership),
+        "regions": Region.choices,
+        "join": request.session.pop(JOIN_SESSION, None),  # shown once, after the redirect
+    }
+    return render(request, "inference/nodes.html", context)
+
+
+@member_required
+def node_detail(request, membership, name: str):
+    node = Node.objects.filter(name=name).first()
+    if node is None:
+        raise Http404("node not found")
+    context = {
+        "node": node,
+        "labels": labels_text(node.labels),
+        "inventory": selectors.node_inventory_rows(node),
+        "replicas": selectors.node_replicas_for_team(node=node, team=membership.team),
+        "slots_used": node.replicas.count(),
+        "can_manage": _may_manage(membership),
+    }
+    return render(request, "inference/node_detail.html", context)
+
+
+@member_required
+@require_POST
+def node_action(request, membership, name: str):
+    if not _may_manage(membership):
+        raise PermissionDenied(f"your role ({membership.role}) does not allow node.manage")
+    action = request.POST.get("action", "")
+    node = Node.objects.filter(name=name).first()
+    if node is None:
+        raise Http404("node not found")
+    try:
+        if action not in NODE_ACTIONS:
+            raise ValidationFailed(f"unknown action; choose one of {', '.join(NODE_ACTIONS)}")
+        service = getattr(node_services, f"node_{action}")
+        service(actor=request.user, node=node)
+        messages.success(request, f"{name}: {action} done.")
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    if action == "remove" and not Node.objects.filter(pk=node.pk).exists():
+        return redirect("inference:node-list")
+    return redirect("inference:node-detail", name=name)
+
+
+@member_required
+@require_POST
+def node_join_token(request, membership):
+    """Create a join token; the list page shows it once with the commands for a new host (POST, redirect,
+    GET: a reload makes no second token)."""
+    if not _may_manage(membership):
+        raise PermissionDenied(f"your role ({membership.role}) does not allow node.manage")
+    region = request.POST.get("region", "")
+    try:
+        if region not in Region.values:
+            raise ValidationFailed(f"region must be one of {', '.join(Region.values)}")
+        labels = parse_labels(request.POST.get("labels", ""))
+        ttl_s = form_int(request.POST, "ttl_s", default=3600)
+        if not 60 <= ttl_s <= 7 * 86400:
+            raise ValidationFailed("the token must stay valid between 1 minute and 7 days")
+        _, clear = node_services.join_token_create(
+            actor=request.user, region=region, labels=labels, ttl_s=ttl_s,
+            name_hint=request.POST.get("name_hint", "").strip(),
+        )  # fmt: skip
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+        return redirect("inference:node-list")
+    console = f"{request.scheme}://{request.get_host()}"
+    request.session[JOIN_SESSION] = {
+        "region": region,
+        "ttl_s": ttl_s,
+        "token": clear,
+        **join_instructions(console=console, region=region, token=clear),
+    }
+    return redirect("inference:node-list")
+
+
+def join_instructions(*, console: str, region: str, token: str) -> dict[str, str]:
+    """Copy-paste commands for a new host, docker and pip (docs/deployment.md, "Node agents"). The token
+    goes into a 0600 file or the environment, never onto a command line (`ps` shows those)."""
+    docker = (
+        "# on the new host (repository checkout; for GPUs: NVIDIA driver + Container Toolkit)\n"
+        "install -m 600 /dev/null docker/node.env\n"
+        f"printf 'LANTAU_JOIN_TOKEN=%s\\nLANTAU_REDIS_URL=%s\\n' '{token}' '<redis url>' > docker/node.env\n"
+        f"CONSOLE_URL={console} NODE_REGION={region} ADVERTISE_HOST=<this host's private address> \\\n"
+        "  docker compose -f docker/compose.node.yaml up -d"
+    )
+    pip = (
+        "# on the new host (Python 3.12; add [gpu] for NVIDIA GPUs)\n"
+        "python -m venv lantau && . lantau/bin/activate && pip install 'lantau[gpu]'\n"
+        "install -m 600 /dev/null join.token\n"
+        f"printf '%s' '{token}' > join.token\n"
+        f"LANTAU_JOIN_TOKEN=$(cat join.token) python -m inference.agent --console {console} \\\n"
+        f"  --region {region} --advertise-host <this host's private address>"
+    )
+    return {"docker": docker, "pip": pip}
