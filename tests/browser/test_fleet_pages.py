@@ -32,7 +32,7 @@ def fleet(stack, tmp_path_factory):
     """Nia's team with a two-replica colour classifier on the stack's node; Otto owns another team."""
     root = tmp_path_factory.mktemp("fleet")
     nia = {"username": "nia", "password": stack.user("nia", "fleet-team", "owner")}
-    otto = {"username": "otto", "password": stack.user("otto", "outside-team", "owner")}
+    otto = {"username": "olga", "password": stack.user("olga", "outside-team", "owner")}
     manage = stack.api_key("nia", "manage")
     created = deploy_colours(stack, manage, "fleet-colours", root, replicas=2)
     with stack.client(manage) as api:
