@@ -33,10 +33,12 @@ lint: $(STAMP)
 # started under var/ for its duration (only the missing one is started).
 EMBEDDED := $(if $(and $(DATABASE_URL),$(REDIS_URL)),,$(BIN)/python -m console.embedded run --)
 
-# `make lint`'s steps first (under a minute, so mistakes show before the long suite starts), then the suite.
+# `make lint`'s steps first (under a minute, so mistakes show before the long suite starts), then the suite
+# in TEST_WORKERS pytest-xdist workers, a module per worker at a time (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: lint
 	bash scripts/ensure_browser.sh
-	$(WITH_KEY) $(EMBEDDED) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(WITH_KEY) $(EMBEDDED) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 # Run a manage.py command against the quick start's services, e.g. `make manage CMD="create_user --username ann --team ops"`.
 manage: $(STAMP)

@@ -44,7 +44,9 @@ class Measurement:
             "p99_ms": round(percentile(ordered, 0.99) * 1000, 3),
             "throughput_rps": round(self.completed / self.elapsed, 2) if self.elapsed else 0.0,
             "errors": self.errors,
-            "cpu_ms_per_request": round(self.cpu_s / self.completed * 1000, 3) if self.cpu_s else None,
+            "cpu_ms_per_request": round(self.cpu_s / self.completed * 1000, 3)
+            if self.cpu_s and self.completed
+            else None,
         }
 
 

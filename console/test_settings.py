@@ -3,5 +3,9 @@
 import os
 
 os.environ.setdefault("SECRET_KEY", "lantau-test-suite-" + os.urandom(8).hex())
+# Parallel workers (pytest-xdist) share one Redis: each gets its own prefix, so counters keyed by
+# database ids (rate limits, usage) and deployment names never mix between their databases.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["LANTAU_REDIS_PREFIX"] = f"lantau-test-{os.environ['PYTEST_XDIST_WORKER']}"
 
 from console.settings import *  # noqa: E402,F403

@@ -3,6 +3,11 @@
 Tests that talk to real processes (console, worker, node agent, runners) use the `stack` fixture
 below; everything else runs in-process against the real PostgreSQL and Redis. The builders behind
 these fixtures live in ``tests.support`` (``people``; ``stack`` for the processes).
+
+`make test` runs the suite in two pytest-xdist workers (``--dist loadscope``): each module runs whole
+in one worker, so its module-scoped fixtures are built once; each worker that runs a module using the
+shared `stack` starts one for itself. Each worker has its own test database (pytest-django), Redis
+prefix (``console.test_settings``) and stack (its own database and prefix, ``tests.support.stack``).
 """
 
 from __future__ import annotations

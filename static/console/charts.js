@@ -12,7 +12,7 @@ window.LantauCharts = (function () {
       annotations: [{text: opts.empty || "Waiting for the next heartbeat…", showarrow: false, xref: "paper",
                      yref: "paper", x: 0.5, y: 0.5, font: {color: "#667085", size: 14}}],
     }, {displayModeBar: false, responsive: true});
-    return {el: el, traces: {}, started: false, fixedRange: !!opts.range};
+    return {el: el, traces: {}, started: false, fixedRange: !!opts.range, added: 0};
   }
   // Add points: `points` maps a trace name to [x, y] pairs.
   function extend(chart, points) {
@@ -25,6 +25,7 @@ window.LantauCharts = (function () {
         Plotly.addTraces(chart.el, {x: [], y: [], name: name, mode: "lines", line: {width: 2, color: colour}});
       }
       Plotly.extendTraces(chart.el, {x: [xy.map(p => p[0])], y: [xy.map(p => p[1])]}, [chart.traces[name]], KEEP);
+      chart.added += xy.length;
     });
     if (!chart.started && Object.keys(chart.traces).length) {
       chart.started = true;
@@ -34,5 +35,8 @@ window.LantauCharts = (function () {
   function points(chart) {  // how many points the chart holds (the browser tests read it)
     return chart ? chart.el.data.reduce((n, t) => n + t.x.length, 0) : 0;
   }
-  return {create: create, extend: extend, points: points};
+  function added(chart) {  // how many points were ever added (a full chart keeps KEEP per trace)
+    return chart ? chart.added : 0;
+  }
+  return {create: create, extend: extend, points: points, added: added};
 })();

@@ -122,7 +122,11 @@ def test_revoked_key_is_refused_within_a_second(keyed_runner, issue_key, store) 
     assert_error(predict(keyed_runner, key), 401, "unauthorized")
 
 
-@pytest.mark.parametrize("authorization", [None, "Bearer " + new_key(), "Bearer not-a-key", "Basic abc"])
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Bearer " + new_key(), "Bearer not-a-key", "Basic abc"],
+    ids=["none", "unknown-key", "malformed", "basic"],  # the same ids in every xdist worker
+)
 def test_missing_unknown_or_malformed_keys_are_401(keyed_runner, authorization) -> None:
     headers = {"Authorization": authorization} if authorization else {}
     assert_error(predict(keyed_runner, **headers), 401, "unauthorized")

@@ -49,7 +49,7 @@ def private_redis(tmp_path: Path, settings, monkeypatch):
 
 
 @pytest.fixture
-def served(private_redis: PrivateRedis, owner, team, tmp_path: Path):
+def served(private_redis: PrivateRedis, owner, team, tmp_path: Path, settings):
     """The colour deployment served by a runner that uses the private Redis; (clear key, runner URL)."""
     replica = colour_deployment(team, owner, tmp_path)
     model_dir = tmp_path / "model"
@@ -57,7 +57,10 @@ def served(private_redis: PrivateRedis, owner, team, tmp_path: Path):
     colour_classifier(model_dir / "model.onnx")
     write_manifest(model_dir, image_manifest(team_id=team.pk, key_verify_key=verify_key_text()))
     env = launch.runner_env(token=runner_token(replica.pk), redis_url=private_redis.url)
-    handle = launch.start(runner_command(model_dir), env=env, cwd=REPO, log_path=tmp_path / "runner.log")
+    command = runner_command(
+        model_dir, "--redis-prefix", settings.REDIS_PREFIX
+    )  # the console's (per xdist worker)
+    handle = launch.start(command, env=env, cwd=REPO, log_path=tmp_path / "runner.log")
     handle.wait_ready(60)
     serve_replica(replica, handle.url)
     _, clear = api_key_create(team=team, actor=owner, name="faults", scopes=["inference"])
