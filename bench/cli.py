@@ -4,7 +4,10 @@ Targets: ``raw`` (onnxruntime in-process, the ceiling), ``runner`` (the Lantau r
 directly), ``plain`` (a one-request-per-call server over the same session options) and ``gateway``
 (a full console + worker + node stack through ``/v1/``; its replica is also measured directly as
 ``stack-runner``), ``edge`` (``python -m inference.edge`` in front of the ``runner``, measured in
-turns with it; ``bench.edge``) and ``fleet`` (one console answering simulated node agents' heartbeats
+turns with it; ``bench.edge``), ``rollout`` (a version change of a two-replica deployment under a steady
+load through a node agent's edge; ``bench.rollout``, its figures during the change against before it),
+``scale-from-zero`` (a deployment autoscaled to zero replicas woken by a steady load; ``bench.coldstart``)
+and ``fleet`` (one console answering simulated node agents' heartbeats
 while the management API and pages are used; ``bench.fleet``, heartbeat figures in the common
 fields). Each line holds: target, model, concurrency, requests, p50_ms, p95_ms, p99_ms,
 throughput_rps, errors, mean_batch_size (and cpu_ms_per_request where known). Targets measured
@@ -30,7 +33,13 @@ from .edge import EdgeBench, compare_with_runner
 from .load import Measurement, Target, result_line
 from .verdict import print_verdict
 
-TARGETS = ("raw", "runner", "plain", "gateway", "edge", "fleet")
+TARGETS = ("raw", "runner", "plain", "gateway", "edge", "fleet", "rollout", "scale-from-zero")
+OWN_STACK = {
+    "gateway",
+    "fleet",
+    "rollout",
+    "scale-from-zero",
+}  # targets that start their own console and measure no model here
 FULL_COUNTS = {1: 240, 8: 480, 32: 960}
 QUICK_COUNTS = {1: 8, 8: 24, 32: 64}
 SLICES = 6  # short turns: background load on a shared machine changes within seconds
@@ -53,6 +62,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fleet-nodes", type=int, default=200, help="simulated node agents (fleet)")
     parser.add_argument("--fleet-interval", type=float, default=2.0, help="their heartbeat interval (s)")
     parser.add_argument("--fleet-duration", type=float, default=40.0, help="the fleet's measured window (s)")
+    parser.add_argument("--rollout-rps", type=float, default=0.0,
+                        help="requests/s offered in all during the rollout (default 16, quick 10)")  # fmt: skip
+    parser.add_argument(
+        "--rollout-clients", type=int, default=0, help="clients sharing it (default 4, quick 2)"
+    )
+    parser.add_argument("--rollout-via", choices=("edge", "console"), default="edge",
+                        help="send the rollout's load through the node agent's edge or the console's /v1/")  # fmt: skip
     args = parser.parse_args(argv)
     args.scenarios = _choices(args.scenarios, TARGETS, "--scenarios")
     args.models = _choices(args.models, ("fp32", "int8"), "--models")
@@ -177,10 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         bench = Bench(args, workdir)
         models = {}
-        if set(args.scenarios) - {"fleet"}:
+        if set(args.scenarios) - {"fleet", "rollout", "scale-from-zero"}:
             log.info("preparing models in %s", workdir)
             models = assets.prepare_models(workdir, args.models)
-        if set(args.scenarios) - {"gateway", "fleet"}:
+        if set(args.scenarios) - OWN_STACK:
             for model, path in models.items():
                 log.info("raw / runner / plain: %s", model)
                 bench.run_model(model, path)
@@ -196,6 +212,25 @@ def main(argv: list[str] | None = None) -> int:
                 nodes=args.fleet_nodes, interval_s=args.fleet_interval, duration_s=args.fleet_duration)  # fmt: skip
             log.info("fleet: %d simulated node agents against one console", options.nodes)
             run_fleet(bench, options)
+        if "rollout" in args.scenarios:
+            from .rollout import RolloutOptions, run_rollout
+
+            overrides = {"via": args.rollout_via, **({"threads": args.threads} if args.threads else {}),
+                         **({"rps": args.rollout_rps} if args.rollout_rps else {}),
+                         **({"clients": args.rollout_clients} if args.rollout_clients else {})}  # fmt: skip
+            rollout = RolloutOptions.quick_run(**overrides) if args.quick else RolloutOptions(**overrides)
+            log.info(
+                "rollout: %d replicas, %.0f requests/s through the %s",
+                rollout.replicas,
+                rollout.rps,
+                rollout.via,
+            )
+            run_rollout(bench, rollout)
+        if "scale-from-zero" in args.scenarios:
+            from .coldstart import run_coldstart_stack
+
+            log.info("scale from zero: a deployment at zero replicas takes a steady load")
+            bench.emit(run_coldstart_stack(bench.workdir, quick=args.quick))
         print_verdict(bench.results)
     log.info("done in %.0f s", time.monotonic() - started)
     return 0

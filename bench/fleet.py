@@ -199,9 +199,30 @@ class Window:
     pages: Latencies = field(default_factory=Latencies)
     answered: set[str] = field(default_factory=set)  # nodes heard at least once (the warm-up)
     console_cpu_s: float = 0.0  # CPU the console process spent during the window
+    worker_cpu_s: float = 0.0  # the worker's (celery, with beat)
+    client_cpu_s: float = 0.0  # this process's: the simulated agents, the API client and the browser
+    load: list[float] = field(default_factory=list)  # the machine's 1-minute load average, before and after
 
     def counts(self, began: float) -> bool:
         return self.start <= began < self.end
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and its descendants alive now (the worker's pool processes)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        total += process_cpu_s(current)
+        todo += children.get(current, [])
+    return total
 
 
 async def _agent(session: aiohttp.ClientSession, node: SimNode, interval: float, window: Window) -> None:
@@ -304,7 +325,9 @@ async def _measure(fleet: Fleet, model: Path) -> tuple[Window, dict[str, int], d
             pages = ["/", "/nodes/", "/deployments/", f"/deployments/{deployment}/", f"/nodes/{node}/"]
             before = await asyncio.to_thread(fleet.stack.table_updates)
             console = fleet.stack.procs["console"].pid
-            cpu = process_cpu_s(console)
+            worker = fleet.stack.procs["worker"].pid
+            cpu, worker_cpu, client_cpu = process_cpu_s(console), _tree_cpu_s(worker), time.process_time()
+            window.load.append(os.getloadavg()[0])
             window.start = time.monotonic()
             window.end = window.start + options.duration_s
             tasks.append(asyncio.create_task(
@@ -312,6 +335,9 @@ async def _measure(fleet: Fleet, model: Path) -> tuple[Window, dict[str, int], d
             tasks.append(asyncio.create_task(_poll(browser, pages, window.pages, window)))
             await asyncio.sleep(options.duration_s)
             window.console_cpu_s = process_cpu_s(console) - cpu
+            window.worker_cpu_s = _tree_cpu_s(worker) - worker_cpu
+            window.client_cpu_s = time.process_time() - client_cpu
+            window.load.append(os.getloadavg()[0])
             await asyncio.sleep(2.0)  # PostgreSQL flushes busy backends' statistics every second
             after = await asyncio.to_thread(fleet.stack.table_updates)
         finally:
@@ -338,9 +364,14 @@ def fleet_line(fleet: Fleet, window: Window, before: dict[str, int], after: dict
         "page_requests": len(window.pages.seconds) + window.pages.errors, "page_p50_ms": window.pages.ms(0.50),
         "page_p95_ms": window.pages.ms(0.95), "page_errors": window.pages.errors,
         "console_cpu_ms_per_request": round(window.console_cpu_s * 1000 / answered, 2) if answered else None,
+        "console_cores": round(window.console_cpu_s / options.duration_s, 2),
+        "worker_cores": round(window.worker_cpu_s / options.duration_s, 2),
+        "client_cores": round(window.client_cpu_s / options.duration_s, 2),
         "node_row_writes": node_writes,
         "replica_row_writes": after.get("inference_replica", 0) - before.get("inference_replica", 0),
         "writes_avoided": len(beats.seconds) - node_writes,
+        "offered_beats_per_s": round(options.nodes / options.interval_s, 1),
+        "load_1m": [round(x, 2) for x in window.load],
         **({"error_samples": beats.samples + window.api.samples + window.pages.samples}
            if beats.errors or window.api.errors or window.pages.errors else {}),
     }  # fmt: skip

@@ -1,4 +1,5 @@
-"""ASGI entry point: `/v1/` goes to the inference gateway, websockets to Channels, the rest to Django."""
+"""ASGI entry point: `/v1/` goes to the inference gateway, node heartbeats to their own pooled route
+(`inference.api.heartbeat`), websockets to Channels, the rest to Django."""
 
 import os
 
@@ -14,6 +15,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 
 from core.errors import PayloadTooLarge  # noqa: E402
+from inference.api import heartbeat  # noqa: E402
 from inference.gateway.app import gateway_app  # noqa: E402
 from inference.gateway.http import header, send_error  # noqa: E402
 from inference.routing import websocket_urlpatterns  # noqa: E402
@@ -23,6 +25,8 @@ async def http_app(scope, receive, send):
     path = scope["path"]
     if path.startswith("/v1/") or path == "/v1":
         return await gateway_app(scope, receive, send)
+    if heartbeat.handles(scope):  # node agents' heartbeats: a pooled path of their own, before Django
+        return await heartbeat.app(scope, receive, send)
     declared = header(scope, b"content-length")
     # Refuse an oversized upload before daphne's body has to be spooled anywhere by Django.
     if declared and declared.isdigit() and int(declared) > settings.MAX_UPLOAD_BYTES + 1024 * 1024:

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from contract.redis_keys import RedisKeys
 from contract.signing import key_pepper
 from core.env import (
     ConfigError,
@@ -102,6 +103,8 @@ try:
     # decides on the samples of the last AUTOSCALE_WINDOW_S.
     AUTOSCALE_EVERY_S = env_int("LANTAU_AUTOSCALE_EVERY_S", 5, minimum=1)
     AUTOSCALE_WINDOW_S = env_int("LANTAU_AUTOSCALE_WINDOW_S", 30, minimum=1)
+    # A request to a deployment scaled to zero is held this long while a replica starts, then 503.
+    COLD_START_TIMEOUT_S = env_int("LANTAU_COLD_START_TIMEOUT_S", 120, minimum=1, maximum=3600)
     APIKEY_CACHE_TTL_S = env_int("LANTAU_APIKEY_CACHE_TTL_S", 0, minimum=0)  # 0: until revoked
     # API-key secrets (docs/security.md, "API keys"): both default to HKDF of SECRET_KEY, so the quick
     # start writes nothing new; set them explicitly to rotate SECRET_KEY without breaking keys.
@@ -240,7 +243,7 @@ CHANNEL_LAYERS = {
 }
 
 CELERY_BROKER_URL = REDIS_URL
-CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": f"{REDIS_PREFIX}:celery:"}
+CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": RedisKeys(REDIS_PREFIX).celery_keyprefix()}
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True

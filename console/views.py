@@ -58,7 +58,8 @@ def dashboard(request):
             "deployments": deployments,
             "models": list(selectors.models_for_team(team=team)),
             "attention": [
-                _attention(d, status) for d, status in selectors.deployments_needing_attention(team=team)
+                _attention(d, status)
+                for d, status in selectors.deployments_needing_attention(team=team, deployments=deployments)
             ],
             "jobs": list(selectors.jobs_recent(team=team)),
             "regions": _region_rows(region_traffic(team_id=team.pk), nodes, deployments),

@@ -86,6 +86,14 @@ class RedisKeys:
     def routes_channel(self) -> str:
         return f"{self.prefix}:routes:changed"
 
+    def wake(self, deployment: str) -> str:
+        """Set (NX, a few seconds) by the edge or gateway that asked a scaled-to-zero deployment to wake."""
+        return f"{self.prefix}:wake:{deployment}"
+
+    def celery_keyprefix(self) -> str:
+        """Celery's broker keys (console settings' ``global_keyprefix``; an edge sends wake tasks there)."""
+        return f"{self.prefix}:celery:"
+
     def metrics_last_pattern(self, deployment: str) -> str:
         """SCAN pattern for every replica's last summary of ``deployment``."""
         return f"{self.prefix}:metrics:last:{deployment}:*"

@@ -6,11 +6,14 @@ deployment name, ``contract.redis_keys``) and announces each change on ``<prefix
 memory, re-read one entry per message, and re-read everything now and then as a safety net.
 
 Entry: ``v1.<signature>.<payload JSON>``; the payload holds ``name``, ``team_id``, ``task``,
-``model_version``, ``paused``, ``created``, ``canary_percent`` (0 without a canary) and ``replicas``
+``model_version``, ``paused``, ``created``, ``canary_percent`` (0 without a canary), ``scales_from_zero`` and ``replicas``
 (ready replicas on ready nodes: ``id``, ``url``, ``region``, ``node``, ``token`` and ``canary``, true
 for a canary version's replica). With a canary, an edge sends about ``canary_percent`` of requests to
 the canary replicas and the rest to the others (``inference.edge.balancer``); entries written before
-canaries existed read as none. The signature is Ed25519 (``contract.signing``) under the
+canaries existed read as none. ``scales_from_zero`` (autoscaling with ``min_replicas`` 0) tells an
+edge that a request finding no ready replica is held while the deployment wakes (``contract.wake``: a task
+message pushed onto the console's Celery queue) instead of answered 503 at once
+(``contract.wake``). The signature is Ed25519 (``contract.signing``) under the
 context ``lantau-routes-v1`` plus the install's Redis prefix, by the same console key that signs
 API-key entries: whoever can write Redis cannot point an edge at a host of their own.
 
@@ -64,6 +67,7 @@ class RouteEntry:
     created: int
     replicas: tuple[RouteReplica, ...] = ()
     canary_percent: int = 0  # share of requests for the canary replicas (0-100)
+    scales_from_zero: bool = False  # with no ready replica: hold requests and wake it (autoscaling to 0)
 
 
 def edge_key_derive(secret_key: str) -> bytes:
@@ -118,7 +122,8 @@ def route_sign(signer: Ed25519PrivateKey, namespace: str, entry: RouteEntry, edg
     ]  # fmt: skip
     payload = {"name": entry.name, "team_id": entry.team_id, "task": entry.task,
                "model_version": entry.model_version, "paused": entry.paused, "created": entry.created,
-               "replicas": replicas, "canary_percent": entry.canary_percent}  # fmt: skip
+               "replicas": replicas, "canary_percent": entry.canary_percent,
+               "scales_from_zero": entry.scales_from_zero}  # fmt: skip
     body = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return f"{ENTRY_VERSION}.{sign(signer, _context(namespace), body.encode())}.{body}"
 
@@ -162,5 +167,5 @@ def route_open(
         percent = 0
     return RouteEntry(
         name, team_id, str(p.get("task", "")), str(p.get("model_version", "")), p.get("paused") is True,
-        created, tuple(r for r in replicas if r is not None), percent,
+        created, tuple(r for r in replicas if r is not None), percent, p.get("scales_from_zero") is True,
     )  # fmt: skip

@@ -120,3 +120,13 @@ def forget(name: str) -> None:
         ).execute()
     except (RedisError, OSError):
         pass
+
+
+def first_in_window(what: str, window_s: float) -> bool:
+    """True for the first caller of ``what`` in each ``window_s`` seconds, across console processes
+    (and True when Redis cannot say: acting twice is better than never)."""
+    key = f"{settings.REDIS_PREFIX}:nodes:once:{what}"
+    try:
+        return bool(_redis().set(key, b"1", nx=True, px=max(1, int(window_s * 1000))))
+    except (RedisError, OSError):
+        return True

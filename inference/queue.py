@@ -20,17 +20,18 @@ DEPLOYMENTS_AUTOSCALE = "inference.tasks.deployments_autoscale"  # celery beat (
 ROLLOUTS_WATCH = "inference.tasks.rollouts_watch"  # celery beat (issue 10)
 
 
-def enqueue(name: str, *args: object) -> None:
-    """Send task `name` with `args` after commit (at once when no transaction is open)."""
-    transaction.on_commit(lambda: current_app.send_task(name, args=args))
+def enqueue(name: str, *args: object, countdown: float | None = None) -> None:
+    """Send task `name` with `args` after commit (at once when no transaction is open), to run no
+    sooner than `countdown` seconds later when given."""
+    transaction.on_commit(lambda: current_app.send_task(name, args=args, countdown=countdown))
 
 
 def deployment_reconcile_later(deployment_id: int) -> None:
     enqueue(DEPLOYMENT_RECONCILE, deployment_id)
 
 
-def deployments_reconcile_all_later() -> None:
-    enqueue(DEPLOYMENTS_RECONCILE_ALL)
+def deployments_reconcile_all_later(countdown: float | None = None) -> None:
+    enqueue(DEPLOYMENTS_RECONCILE_ALL, countdown=countdown)
 
 
 def job_run_later(job_id: int) -> None:

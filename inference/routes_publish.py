@@ -65,6 +65,16 @@ def route_entry(deployment: Deployment) -> RouteEntry:
             if r.url
         ),  # fmt: skip
         canary_percent=deployment.canary_percent if canary is not None else 0,
+        scales_from_zero=scales_from_zero(deployment),
+    )
+
+
+def scales_from_zero(deployment: Deployment) -> bool:
+    """Autoscaling that may go down to no replica: requests finding none are held while it wakes."""
+    return (
+        deployment.max_replicas > 0
+        and deployment.min_replicas == 0
+        and deployment.desired_state == DesiredState.RUNNING
     )
 
 

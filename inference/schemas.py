@@ -126,10 +126,15 @@ class CanaryIn(Schema):
 class AutoscalingIn(Schema):
     """Bounds and target of autoscaling; `max_replicas` 0 turns it off."""
 
-    min_replicas: int = Field(1, description="at least 1 (scale to zero is not built)")
+    min_replicas: int = Field(
+        1, description="0 scales to zero after `scale_to_zero_after_s` idle; the next request wakes it"
+    )
     max_replicas: int = Field(description="at most 32; 0 turns autoscaling off")
     target_inflight_per_replica: float = Field(4.0, description="requests in flight per ready replica")
     scale_cooldown_s: int = Field(60, description="seconds after a change before the next one")
+    scale_to_zero_after_s: int = Field(
+        300, description="with min_replicas 0: seconds without a request before scaling to zero (1-86400)"
+    )
 
 
 class DeploymentOut(Schema):
@@ -165,7 +170,8 @@ class DeploymentOut(Schema):
     )
     autoscaling: dict = Field(
         description="enabled, min_replicas, max_replicas, target_inflight_per_replica, scale_cooldown_s, "
-        "inflight (the latest sample) and the last decisions with their reasons"
+        "scale_to_zero_after_s, scaled_to_zero, inflight (the latest sample) and the last decisions with "
+        "their reasons"
     )
     created_at: datetime
 
@@ -187,7 +193,9 @@ class DeploymentOut(Schema):
         samples = state.get("samples") or []
         return {"enabled": obj.max_replicas > 0, "min_replicas": obj.min_replicas, "max_replicas": obj.max_replicas,
                 "target_inflight_per_replica": obj.target_inflight_per_replica,
-                "scale_cooldown_s": obj.scale_cooldown_s, "inflight": samples[-1][1] if samples else None,
+                "scale_cooldown_s": obj.scale_cooldown_s, "scale_to_zero_after_s": obj.scale_to_zero_after_s,
+                "scaled_to_zero": obj.max_replicas > 0 and obj.replicas == 0,
+                "inflight": samples[-1][1] if samples else None,
                 "decisions": state.get("decisions") or []}  # fmt: skip
 
     @staticmethod

@@ -10,10 +10,11 @@ import logging
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
+from contract.wake import WAKE_TASK
 from inference import queue
 from inference.jobs.runner import job_execute
 from inference.models import Deployment
-from inference.services.autoscale import deployments_autoscale
+from inference.services.autoscale import deployment_wake, deployments_autoscale
 from inference.services.blobs import blobs_collect
 from inference.services.deployments import deployment_reconcile
 from inference.services.jobs import jobs_reap
@@ -49,6 +50,12 @@ def deployments_autoscale_task() -> int:
     """Sample the requests in flight and scale deployments with autoscaling (celery beat,
     LANTAU_AUTOSCALE_EVERY_S); each change recorded with its reason."""
     return deployments_autoscale()
+
+
+@shared_task(name=WAKE_TASK)
+def deployment_wake_task(name: str) -> bool:
+    """Sent by an edge or the console's /v1/ holding a request to a deployment scaled to zero."""
+    return deployment_wake(name)
 
 
 @shared_task(name=queue.ROLLOUTS_WATCH)

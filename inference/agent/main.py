@@ -21,7 +21,7 @@ import httpx
 
 from contract.manifest import ManifestError
 from contract.replicas import ReplicaState
-from inference.agent import artifacts, inventory, supervisor
+from inference.agent import artifacts, edge, inventory, supervisor
 
 log = logging.getLogger("lantau.agent")
 
@@ -61,6 +61,13 @@ class Agent:
             self.data_dir, bind_host=args.bind_host, advertise_host=args.advertise_host,
             threads=args.threads, redis_url=args.redis, policy=policy,
         )  # fmt: skip
+        self.edge: edge.EdgeSupervisor | None = None
+        if args.edge_port is not None:  # an edge node: the region's edge runs beside the runners
+            self.edge = edge.EdgeSupervisor(
+                self.data_dir, region=args.region, host=args.edge_host, port=args.edge_port,
+                fetch=lambda: edge.fetch_environment(self.console, lambda: self.token),
+                redis_url=args.redis, policy=policy,
+            )  # fmt: skip
         self.stopping = False
         self.heartbeat_at: float | None = None
 
@@ -175,6 +182,8 @@ class Agent:
         log.info(
             "node agent for %s (region %s) talking to %s", self.args.name, self.args.region, self.console
         )
+        if self.edge is not None:
+            self.edge.start()
         while not self.stopping:
             started = time.monotonic()
             try:
@@ -196,6 +205,8 @@ class Agent:
     def write_state(self) -> None:
         """``<data_dir>/agent-state.json``: this agent's pid, its last answered heartbeat and its runners."""
         state = {"pid": os.getpid(), "heartbeat_at": self.heartbeat_at, **self.runners.state()}
+        if self.edge is not None:
+            state["edge"] = self.edge.state()
         path = self.data_dir / STATE_FILE
         tmp = path.with_suffix(".tmp")
         try:
@@ -205,7 +216,10 @@ class Agent:
             log.warning("cannot write %s: %s", path, exc)
 
     def shutdown(self) -> None:
-        """A clean stop (SIGTERM/SIGINT) stops the runners; a killed agent leaves them to be adopted."""
+        """A clean stop (SIGTERM/SIGINT) stops the edge (its requests in progress finish first), then the
+        runners; a killed agent leaves them to be adopted."""
+        if self.edge is not None:
+            self.edge.stop()
         self.runners.stop_all()
 
 
@@ -266,6 +280,16 @@ def parse_labels(text: str) -> dict[str, str]:
             )
         labels[key] = value
     return labels
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
+    return port
 
 
 def _secret(file: str | None, env: str, flag_value: str | None, what: str, flag: str) -> str | None:
@@ -335,6 +359,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"live metrics; else env {REDIS_ENV}; without either, runners accept only the gateway",
     )
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)  # deprecated: its password shows in `ps`
+    parser.add_argument(
+        "--edge-port", type=_port, default=None,
+        help="also run this region's edge (python -m inference.edge) on this port (0: a free one); only "
+        "for a node that joined with an edge join token; its secrets come from the console",
+    )  # fmt: skip
+    parser.add_argument(
+        "--edge-host", default="0.0.0.0", help="address the edge listens on (with --edge-port)"
+    )
     policy = supervisor.Policy()
     parser.add_argument(
         "--cache-max-bytes", type=int, default=20 * 2**30,

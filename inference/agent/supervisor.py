@@ -274,7 +274,7 @@ class Supervisor:
             if self._adoptable(record, replica):
                 log.info("adopted runner for replica %s (pid %s, port %s)", rid, record.pid, record.port)
                 replica.record, replica.adopted = record, True
-                replica.log_offset = _size(Path(record.log_path))
+                replica.log_offset = file_size(Path(record.log_path))
                 self.replicas[rid] = replica
                 return replica
             log.info("runner for replica %s left by a previous agent does not match: stopping it", rid)
@@ -286,7 +286,7 @@ class Supervisor:
     def _adoptable(self, record: RunnerRecord, replica: Replica) -> bool:
         if record.spec_hash != replica.spec_hash or record.port is None:
             if record.port is None:
-                record.port = launch.listening_port(_tail_lines(Path(record.log_path)))
+                record.port = launch.listening_port(tail_lines(Path(record.log_path)))
             if record.spec_hash != replica.spec_hash or record.port is None:
                 return False
         if not process_alive(record.pid, record.start_ticks):
@@ -343,9 +343,9 @@ class Supervisor:
         rid = replica.replica_id
         log_path = self.records_dir / f"{rid}.log"
         with contextlib.suppress(OSError):
-            if _size(log_path) > 8 * LOG_TAIL_BYTES:
+            if file_size(log_path) > 8 * LOG_TAIL_BYTES:
                 log_path.unlink()
-        replica.log_offset = _size(log_path)
+        replica.log_offset = file_size(log_path)
         replica.attempts += 1
         log.info(
             "starting runner for replica %s (%s), attempt %d",
@@ -447,7 +447,7 @@ class Supervisor:
             self._follow_log(replica)
             code = self._exit_code(replica)
             if code is not None and replica.record is not None:
-                tail = " | ".join(_tail_lines(Path(replica.record.log_path), 3))
+                tail = " | ".join(tail_lines(Path(replica.record.log_path), 3))
                 how = f"exited with code {code}" if replica.process is not None else "vanished"
                 reason = f"runner {how}: {tail}"
                 self._retry(replica, reason, fatal=code == CONFIG_EXIT)
@@ -540,17 +540,17 @@ class Supervisor:
         self.pool.shutdown(wait=False)
 
 
-def _size(path: Path) -> int:
+def file_size(path: Path) -> int:
     try:
         return path.stat().st_size
     except OSError:
         return 0
 
 
-def _tail_lines(path: Path, count: int = 200) -> list[str]:
+def tail_lines(path: Path, count: int = 200) -> list[str]:
     try:
         with path.open("rb") as f:
-            f.seek(max(0, _size(path) - LOG_TAIL_BYTES))
+            f.seek(max(0, file_size(path) - LOG_TAIL_BYTES))
             lines = f.read().decode(errors="replace").splitlines()
     except OSError:
         return []

@@ -1,15 +1,17 @@
 """Nodes: listed for people, managed by owners and admins (join tokens, cordon, drain, remove,
 credential rotation); joining, heartbeat, credential exchange and artifact download for node agents."""
 
+import json
 import threading
 
 from django.db import connection
-from django.http import FileResponse
+from django.http import FileResponse, HttpResponse
 from ninja import Router, Status
 from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer
+from pydantic import ValidationError as PydanticValidationError
 
-from core.errors import NotFound
+from core.errors import BadRequest, NotFound, Unauthorized, ValidationFailed
 from inference import selectors, storage
 from inference.models import Artifact
 from inference.schemas import (
@@ -22,8 +24,9 @@ from inference.schemas import (
     NodeJoinOut,
     NodeOut,
 )
-from inference.services.node_join import join_token_create, node_join
+from inference.services.node_join import join_token_create, node_edge_config, node_join
 from inference.services.nodes import (
+    heartbeat_snapshot,
     node_authenticate,
     node_cordon,
     node_credential_rotate,
@@ -92,19 +95,56 @@ def join_token_new(request, payload: JoinTokenIn):
 @router.post("/heartbeat", auth=NodeBearer(), response=HeartbeatOut)
 def node_beat(request, payload: HeartbeatIn):
     """Called by a node agent every few seconds: reports actual state, answers desired replicas and
-    whether to rotate its credential."""
+    whether to rotate its credential. Under daphne, ``console.asgi`` hands this path to
+    ``inference.api.heartbeat`` before Django (same checks, same answers, fewer costs); this view
+    serves it everywhere else (tests' client, other hosts)."""
     with _heartbeat_slots:
-        node = node_authenticate(request.auth)
-        if node is None:
+        snapshot = heartbeat_snapshot(request.auth)
+        if snapshot is None:
             raise AuthenticationError()  # the same 401 as every other credential check
+        node = snapshot.node
         answer = node_heartbeat(
             node=node,
             region=payload.region,
             inventory=payload.inventory,
             replicas=[r.dict() for r in payload.replicas],
+            snapshot=snapshot,
         )
         if not connection.in_atomic_block:  # give the connection back now, not when the answer is sent
             connection.close()
+    return {"node": node.name, "region": node.region, **answer}
+
+
+# The answers console.api gives the view above, for the heartbeat's own route (inference.api.heartbeat).
+HEARTBEAT_UNAUTHORIZED = "sign in or send a valid API key with the `manage` scope"
+
+
+def heartbeat_answer(token: str | None, body: bytes) -> dict:
+    """The heartbeat as ``node_beat`` runs it, from the bearer token and the raw body: the credential
+    first (401, before anything about the body is said), then the body (400, 422), then
+    ``node_heartbeat``. Raises ``ApplicationError`` (or a database error) for the caller to answer."""
+    snapshot = heartbeat_snapshot(token)
+    if snapshot is None:
+        raise Unauthorized(HEARTBEAT_UNAUTHORIZED)
+    node = snapshot.node
+    try:
+        data = json.loads(body) if body else {}
+    except ValueError:
+        raise BadRequest("Cannot parse request body") from None
+    try:
+        payload = HeartbeatIn.model_validate(data)
+    except PydanticValidationError as exc:
+        errors = exc.errors()
+        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else ""
+        message = str(errors[0]["msg"]) if errors else "invalid input"
+        raise ValidationFailed(f"{where}: {message}" if where else message) from None
+    answer = node_heartbeat(
+        node=node,
+        region=payload.region,
+        inventory=payload.inventory,
+        replicas=[r.model_dump() for r in payload.replicas],
+        snapshot=snapshot,
+    )
     return {"node": node.name, "region": node.region, **answer}
 
 
@@ -123,6 +163,16 @@ def artifact_download(request, sha256: str):
     if not allowed or not storage.exists(sha256):
         raise NotFound("artifact not found")
     return FileResponse(open(storage.blob_path(sha256), "rb"), content_type="application/octet-stream")
+
+
+@router.get("/edge-config", auth=NodeTokenAuth())
+def node_edge_config_route(request, response: HttpResponse):
+    """The environment of the edge process this node's agent runs (``--edge-port``): the edge key (a
+    secret), the public key of signed entries, Redis and its prefix. Only for a node that joined with
+    a join token an owner or admin made with ``edge`` (label ``lantau.io/edge=true``); 403 otherwise.
+    Declared before ``/{name}``, which would otherwise take the path."""
+    response.headers["Cache-Control"] = "no-store"
+    return node_edge_config(node=request.auth)
 
 
 @router.get("/{name}", response=NodeOut)

@@ -34,6 +34,7 @@ class EdgeConfig:
     max_json_depth: int
     max_inflight_per_deployment: int
     max_inflight_per_team: int
+    cold_start_timeout_s: float = 120.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-json-depth", type=int, default=32)
     p.add_argument("--max-inflight-per-deployment", type=int, default=256)
     p.add_argument("--max-inflight-per-team", type=int, default=512)
+    p.add_argument("--cold-start-timeout-s", type=float, default=120.0,
+                   help="how long a request to a deployment scaled to zero is held; past it: 503")  # fmt: skip
     return p
 
 
@@ -77,8 +80,10 @@ def parse_args(argv: list[str] | None = None) -> EdgeConfig:
         parser.error(f"{exc}: set {EDGE_KEY_ENV} or --edge-key-file (manage.py edge_env prints it)")
     if a.timeout_s <= 0 or a.breaker_failures < 1 or a.breaker_open_s <= 0 or a.refresh_s <= 0:
         parser.error("timeouts, breaker settings and the refresh period must be positive")
+    if not 0 < a.cold_start_timeout_s <= 3600:
+        parser.error("--cold-start-timeout-s must be between 0 and 3600")
     return EdgeConfig(
         a.region, a.host, a.port, a.redis_url, names, verify_key, edge_key, a.timeout_s, a.breaker_failures,
         a.breaker_open_s, a.refresh_s, a.max_body_bytes, a.max_json_depth, a.max_inflight_per_deployment,
-        a.max_inflight_per_team,
+        a.max_inflight_per_team, a.cold_start_timeout_s,
     )  # fmt: skip

@@ -5,6 +5,11 @@ Hosts (the edge process, the console's ``/v1/``) give the dispatcher a route sou
 ``names_for_team(team)``), a key checker (``authenticate``, ``enforce_rate_limit``, ``authorize``), an
 in-flight counter and an upstream client; the flow is the same for both.
 
+Scale from zero: when a deployment that autoscales down to no replica (``RouteEntry.scales_from_zero``)
+has no ready replica, the request is held, the deployment asked to wake (the host's ``Waker``) and the
+route re-read every ``HOLD_POLL_S`` until a replica is ready; past ``cold_start_timeout_s`` it is
+answered 503 with ``Retry-After``. Held requests count as in flight, so the in-flight limits bound them.
+
 Retries: a replica that could not be reached (nothing was sent) is replaced by another for any
 request; a timeout or a 5xx only for an idempotent one (predictions, embeddings, anything not
 streamed), and never once a stream has sent bytes. Timeouts answer 504, never 500.
@@ -12,9 +17,11 @@ streamed), and never once a stream has sent bytes. Timeouts answer 504, never 50
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
+import time
 from typing import Any, Protocol
 
 from redis.exceptions import RedisError
@@ -50,6 +57,8 @@ _REGION = re.compile(r"^[a-z0-9-]{1,32}$")
 _OPENAI = frozenset({"/v1/embeddings", "/v1/chat/completions", "/v1/completions"})
 REDIS_RETRY_AFTER_S = "2"
 MAX_TRIES = 4  # replicas tried per request: unreachable ones, plus one retry after a timeout or 5xx
+HOLD_POLL_S = 0.1  # how often a held request looks for a ready replica (an in-memory lookup at the edge)
+COLD_RETRY_AFTER_S = "5"
 JSON = [("Content-Type", "application/json")]
 
 
@@ -64,14 +73,27 @@ class KeyChecker(Protocol):
     async def authorize(self, identity: KeyIdentity, deployment: str) -> None: ...
 
 
+class Waker(Protocol):
+    async def wake(self, deployment: str) -> None: ...
+
+
+class NoWaker:
+    """A host that cannot wake deployments: held requests just wait for a replica (or the timeout)."""
+
+    async def wake(self, deployment: str) -> None:
+        return None
+
+
 class Dispatcher:
-    """Hosts set or override ``routes``, ``keys``, ``inflight``, ``max_body`` and ``max_json_depth``."""
+    """Hosts set or override ``routes``, ``keys``, ``inflight``, ``waker``, ``cold_start_timeout_s``,
+    ``max_body`` and ``max_json_depth``."""
 
     answerable: tuple[type[Exception], ...] = (RunnerError,)
 
     def __init__(
         self, *, routes: RouteSource, keys: KeyChecker, balancer: Balancer, upstream: Upstream,
         inflight: InFlight, max_body: int = 10 * 1024**2, max_json_depth: int = 32,
+        waker: Waker | None = None, cold_start_timeout_s: float = 120.0,
     ) -> None:  # fmt: skip
         self.routes = routes
         self.keys = keys
@@ -80,6 +102,8 @@ class Dispatcher:
         self.inflight = inflight
         self.max_body = max_body
         self.max_json_depth = max_json_depth
+        self.waker: Waker = waker or NoWaker()
+        self.cold_start_timeout_s = cold_start_timeout_s
 
     async def serve(self, request: Request, reply: Reply) -> None:
         """Answer ``request``; every failure becomes the error envelope (never a traceback)."""
@@ -124,7 +148,29 @@ class Dispatcher:
             raise NotFound(f"deployment {name!r} not found")  # the same answer for another team's: no leak
         await self.keys.authorize(identity, route.name)  # the key's deployment list (403), quota (429)
         with self.inflight.hold(deployment=route.name, team_id=route.team_id):
+            if route.scales_from_zero and not route.replicas and not route.paused:
+                route = await self._hold_until_ready(route)
             await self._forward(request, reply, route, body, identity, stream)
+
+    async def _hold_until_ready(self, route: RouteEntry) -> RouteEntry:
+        """Wake the deployment and wait for a ready replica; 503 with Retry-After past the timeout."""
+        try:
+            await self.waker.wake(route.name)
+        except Exception:  # a lost wake-up is retried by the next request; this one still waits
+            log.warning("could not wake deployment %s", route.name, exc_info=True)
+        deadline = time.monotonic() + self.cold_start_timeout_s
+        while time.monotonic() < deadline:
+            await asyncio.sleep(HOLD_POLL_S)
+            current = await self.routes.get(route.name)
+            if current is None or current.team_id != route.team_id:
+                raise NotFound(f"deployment {route.name!r} not found")  # deleted while held
+            if current.replicas or not current.scales_from_zero:
+                return current
+        raise NoReplica(
+            f"deployment {route.name!r} is starting from zero replicas and none was ready within "
+            f"{self.cold_start_timeout_s:g} s; retry shortly",
+            headers={"Retry-After": COLD_RETRY_AFTER_S},
+        )
 
     def _model_from_body(self, body: bytes) -> tuple[str, bool]:
         """The ``model`` field of an OpenAI-style body, checked to be a deployment name; and ``stream``."""

@@ -22,7 +22,8 @@ _ERROR_CODES = {
     "422": "The input is well-formed but not acceptable (not an image, wrong field type, out of range).",
     "429": "The key's rate limit is spent; retry after `Retry-After` seconds.",
     "503": "The deployment is paused, has no ready replica, or a replica is overloaded; retry after "
-    "`Retry-After` seconds.",
+    "`Retry-After` seconds. A deployment scaled to zero holds the request while a replica starts and "
+    "answers this only when none is ready within the cold-start timeout.",
     "504": "The replica did not answer within the upstream timeout; retry after `Retry-After` seconds.",
 }
 _RETRY_AFTER = {

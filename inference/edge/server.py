@@ -26,6 +26,7 @@ from .keys import RedisKeyAuth
 from .limits import InFlight
 from .routes import RedisRoutes
 from .upstream import Upstream
+from .wake import RedisWaker
 
 log = logging.getLogger("lantau.edge")
 OK = b'{"status":"ok"}'
@@ -42,6 +43,8 @@ def build(config: EdgeConfig, redis: aioredis.Redis) -> tuple[Dispatcher, RedisR
         inflight=InFlight(config.max_inflight_per_deployment, config.max_inflight_per_team),
         max_body=config.max_body_bytes,
         max_json_depth=config.max_json_depth,
+        waker=RedisWaker(redis, config.names, f"edge-{config.region}"),
+        cold_start_timeout_s=config.cold_start_timeout_s,
     )
     return dispatcher, routes
 

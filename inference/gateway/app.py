@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from contract.redis_keys import RedisKeys
 from core.errors import ApplicationError
 from inference.edge.dispatch import _OPENAI, _PREDICT, Dispatcher
 from inference.edge.http import AsgiReply, asgi_request
+from inference.edge.wake import RedisWaker
 from inference.gateway import auth
 from inference.gateway.limits import InFlight
 from inference.gateway.routing import RouteTable
@@ -31,18 +33,27 @@ class _Keys:
     authorize = staticmethod(auth.authorize)
 
 
+class _Waker:
+    """Wake a deployment scaled to zero as edges do (``inference.edge.wake``), on this process's Redis."""
+
+    async def wake(self, deployment: str) -> None:
+        await RedisWaker(auth.redis(), RedisKeys(settings.REDIS_PREFIX), "console").wake(deployment)
+
+
 class ConsoleDispatcher(Dispatcher):
     answerable = (RunnerError, ApplicationError)  # auth and the database raise the console's errors
 
 
 _keys = _Keys()
 _upstream = ConsoleUpstream()
+_waker = _Waker()
 
 
 async def gateway_app(scope, receive, send) -> None:
     # Built per request from this module's ``routes``/``inflight`` and the settings, which tests swap.
     dispatcher = ConsoleDispatcher(
         routes=routes, keys=_keys, balancer=routes.balancer, upstream=_upstream, inflight=inflight,
-        max_body=settings.MAX_PREDICT_BYTES, max_json_depth=settings.MAX_JSON_DEPTH,
+        max_body=settings.MAX_PREDICT_BYTES, max_json_depth=settings.MAX_JSON_DEPTH, waker=_waker,
+        cold_start_timeout_s=settings.COLD_START_TIMEOUT_S,
     )  # fmt: skip
     await dispatcher.serve(asgi_request(scope, receive), AsgiReply(send))

@@ -52,6 +52,11 @@ class QuotaExceeded(ApplicationError):
     status, type = 429, "quota_exceeded"
 
 
+def redis() -> aioredis.Redis:
+    """This process's asyncio Redis client (key entries, rate limits; the gateway's wake-ups)."""
+    return _client()
+
+
 def _client() -> aioredis.Redis:
     global _redis
     if _redis is None:

@@ -72,10 +72,13 @@ class Deployment(models.Model):
     # Autoscaling (services.autoscale; off while max_replicas is 0): `replicas` is moved between the
     # bounds so each ready replica has about `target_inflight_per_replica` requests in flight, at most
     # one change per `scale_cooldown_s`; `autoscale` keeps the recent samples and decisions with reasons.
+    # With `min_replicas` 0 it scales to zero after `scale_to_zero_after_s` without a request, and the
+    # first request after that wakes it (held at the edge meanwhile).
     min_replicas = models.PositiveIntegerField(default=1, validators=[MaxValueValidator(32)])
     max_replicas = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(32)])
     target_inflight_per_replica = models.FloatField(default=4.0)
     scale_cooldown_s = models.PositiveIntegerField(default=60)
+    scale_to_zero_after_s = models.PositiveIntegerField(default=300)
     autoscale = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"

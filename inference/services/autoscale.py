@@ -15,8 +15,13 @@ and decides:
 
 Any change waits ``scale_cooldown_s`` after the previous one. Each change is recorded with its reason
 in ``Deployment.autoscale["decisions"]`` (the last 20, shown by the API) and as an audit event
-``deployment.autoscale``; the reconciler then places or removes replicas as for any scaling. Scale to
-zero is not built: ``min_replicas`` is at least 1.
+``deployment.autoscale``; the reconciler then places or removes replicas as for any scaling.
+
+Scale to zero: with ``min_replicas`` 0, scaling in stops at one replica, and the deployment goes to no
+replica once ``scale_to_zero_after_s`` passed without a request (a sample above zero marks the window
+busy; so do a wake-up and a replica not ready yet). Its route then says ``scales_from_zero``: an edge (or the console's
+``/v1/``) holding a request sends ``contract.wake.WAKE_TASK``, whose ``deployment_wake`` scales it to
+``max(1, min_replicas)`` with that reason; the held request is served once the replica is ready.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from accounts.services import audit_record
 from core.errors import ValidationFailed
 from inference import queue
 from inference.models import Deployment, DesiredState, ReplicaState
+from inference.routes_publish import routes_publish
 from inference.services.rollout_watch import latest_summaries
 
 log = logging.getLogger("lantau.autoscale")
@@ -44,22 +50,27 @@ DECISIONS_KEPT = 20
 
 def deployment_autoscaling_set(
     *, team: Team, actor, deployment: Deployment, min_replicas: int, max_replicas: int,
-    target_inflight_per_replica: float, scale_cooldown_s: int,
+    target_inflight_per_replica: float, scale_cooldown_s: int, scale_to_zero_after_s: int = 300,
 ) -> Deployment:  # fmt: skip
     """Set (or with ``max_replicas`` 0 turn off) the deployment's autoscaling; 422 naming the field."""
     permission_require(team=team, user=actor, action="deployment.update")
-    if max_replicas and not 1 <= min_replicas <= max_replicas <= MAX_REPLICAS:
+    if max_replicas and not (0 <= min_replicas <= max_replicas <= MAX_REPLICAS and max_replicas >= 1):
         raise ValidationFailed(
-            f"min_replicas and max_replicas must satisfy 1 <= min <= max <= {MAX_REPLICAS}"
+            f"min_replicas and max_replicas must satisfy 0 <= min <= max <= {MAX_REPLICAS}"
         )
     if not max_replicas and not 1 <= min_replicas <= MAX_REPLICAS:
-        raise ValidationFailed(f"min_replicas must be between 1 and {MAX_REPLICAS}")
+        raise ValidationFailed(
+            f"min_replicas must be between 1 and {MAX_REPLICAS} without autoscaling (0 needs max_replicas)"
+        )
     if not (math.isfinite(target_inflight_per_replica) and 0.1 <= target_inflight_per_replica <= 10_000):
         raise ValidationFailed("target_inflight_per_replica must be between 0.1 and 10000")
     if not 0 <= scale_cooldown_s <= 86_400:
         raise ValidationFailed("scale_cooldown_s must be between 0 and 86400")
+    if not 1 <= scale_to_zero_after_s <= 86_400:
+        raise ValidationFailed("scale_to_zero_after_s must be between 1 and 86400")
     fields = {"min_replicas": min_replicas, "max_replicas": max_replicas,
-              "target_inflight_per_replica": target_inflight_per_replica, "scale_cooldown_s": scale_cooldown_s}  # fmt: skip
+              "target_inflight_per_replica": target_inflight_per_replica, "scale_cooldown_s": scale_cooldown_s,
+              "scale_to_zero_after_s": scale_to_zero_after_s}  # fmt: skip
     with transaction.atomic():
         deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
         before = {k: getattr(deployment, k) for k in fields}
@@ -68,6 +79,7 @@ def deployment_autoscaling_set(
         deployment.save(update_fields=[*fields, "updated_at"])
         audit_record(team=team, actor=actor, action="deployment.autoscaling", target=deployment.name,
                      before=before, after=fields)  # fmt: skip
+        routes_publish(deployment)  # whether requests finding no replica are held changes with these
     if max_replicas:
         deployment_autoscale(deployment.pk)  # into the new bounds at once
     return Deployment.objects.get(pk=deployment.pk)
@@ -123,6 +135,10 @@ def deployment_autoscale(deployment_id: int, *, now: float | None = None) -> dic
         if sample is not None:
             samples.append([now, round(sample, 3)])
         state["samples"] = samples
+        # Not idle: requests came, or no ready replica reports yet (one is starting, perhaps for held
+        # requests: going to zero now would strand them), or autoscaling just began.
+        if sample or (sample is None and deployment.replicas > 0) or "busy_at" not in state:
+            state["busy_at"] = now
         decision = _decide(deployment, state, now)
         if decision is not None:
             _apply(deployment, state, decision, now)
@@ -136,8 +152,14 @@ def _decide(deployment: Deployment, state: dict, now: float) -> dict | None:
         to = min(max(current, low), high)
         return {"from": current, "to": to, "reason": f"{current} replicas is outside the bounds {low}-{high}"}
     since = now - float(state.get("changed_at") or 0)
+    if since < deployment.scale_cooldown_s:
+        return None
+    idle = now - float(state["busy_at"])
+    if low == 0 and current > 0 and idle >= deployment.scale_to_zero_after_s:
+        return {"from": current, "to": 0, "reason": f"no request for {idle:.0f} s (scale to zero after "
+                f"{deployment.scale_to_zero_after_s} s idle)"}  # fmt: skip
     values = [v for _, v in state["samples"]]
-    if not values or since < deployment.scale_cooldown_s:
+    if not values:
         return None
     target, window = deployment.target_inflight_per_replica, settings.AUTOSCALE_WINDOW_S
     mean, peak = sum(values) / len(values), max(values)
@@ -145,7 +167,7 @@ def _decide(deployment: Deployment, state: dict, now: float) -> dict | None:
     if out > current:
         return {"from": current, "to": out, "reason": f"{mean:.1f} requests in flight on average over the last "
                 f"{window} s, for a target of {target:g} per replica"}  # fmt: skip
-    fits = max(low, math.ceil(peak / target))
+    fits = max(low, 1, math.ceil(peak / target))  # to zero only when idle (above)
     if fits < current and since >= window:
         return {"from": current, "to": fits, "reason": f"at most {peak:.1f} requests in flight over the last "
                 f"{window} s, for a target of {target:g} per replica"}  # fmt: skip
@@ -163,3 +185,25 @@ def _apply(deployment: Deployment, state: dict, decision: dict, now: float) -> N
                  before={"replicas": decision["from"]}, after={"replicas": decision["to"]},
                  data={"reason": decision["reason"]})  # fmt: skip
     queue.deployment_reconcile_later(deployment.pk)
+
+
+def deployment_wake(name: str, *, now: float | None = None) -> bool:
+    """A request is held for ``name``, scaled to zero: give it ``max(1, min_replicas)`` replicas with the
+    reason; False (nothing changed) unless it autoscales, runs and has no replica wanted."""
+    now = time.time() if now is None else now
+    with transaction.atomic():
+        deployment = Deployment.objects.select_for_update().filter(name=name).first()
+        if (
+            deployment is None
+            or not deployment.max_replicas
+            or deployment.desired_state != DesiredState.RUNNING
+            or deployment.replicas > 0
+        ):
+            return False
+        state = dict(deployment.autoscale or {})
+        state["busy_at"] = now
+        to = max(1, deployment.min_replicas)
+        decision = {"from": 0, "to": to, "reason": "a request arrived while scaled to zero"}
+        _apply(deployment, state, decision, now)
+        Deployment.objects.filter(pk=deployment.pk).update(autoscale=state)
+    return True

@@ -1,5 +1,9 @@
 """Joining: an operator makes a single-use, expiring join token; a new node's agent exchanges it for
-its own credential. Both secrets are stored as SHA-256 only and shown once."""
+its own credential. Both secrets are stored as SHA-256 only and shown once.
+
+Labels under ``lantau.io/`` are reserved: only a join token (made by an owner or admin) may carry them,
+never the joining node. ``lantau.io/edge=true`` lets the node's agent run its region's edge: it alone
+may fetch the edge's secrets (``node_edge_config``, ``GET /api/v1/nodes/edge-config``)."""
 
 from __future__ import annotations
 
@@ -12,8 +16,9 @@ from django.utils import timezone
 
 from accounts.models import Team
 from accounts.services import audit_record
-from core.errors import Conflict, Unauthorized, ValidationFailed
+from core.errors import Conflict, Forbidden, Unauthorized, ValidationFailed
 from inference.models import JoinToken, Node, NodeMode, NodeStatus, Region
+from inference.routes_publish import edge_environment
 from inference.services.nodes import ADVERTISE_HOST, node_require_manager, token_hash
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -21,6 +26,9 @@ _LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]{0,62})$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,62})$|^$")
 MAX_LABELS = 32
 MIN_TTL_S, MAX_TTL_S = 60, 7 * 24 * 3600
+RESERVED_PREFIX = "lantau.io/"  # labels only a join token may carry
+EDGE_LABEL = "lantau.io/edge"  # "true": the node may run its region's edge (and fetch its secrets)
+RESERVED_LABELS = {EDGE_LABEL: frozenset({"true"})}
 
 
 def labels_validate(labels: object, *, field: str = "labels") -> dict[str, str]:
@@ -41,6 +49,24 @@ def labels_validate(labels: object, *, field: str = "labels") -> dict[str, str]:
     return dict(labels)
 
 
+def _reserved_check(labels: dict[str, str], *, from_node: bool) -> None:
+    """Reserved labels (``lantau.io/``) come from join tokens only, and only the known ones."""
+    for key, value in labels.items():
+        if not key.startswith(RESERVED_PREFIX):
+            continue
+        if from_node:
+            raise ValidationFailed(
+                f"labels: {key!r} is reserved; only the join token an owner or admin made may carry it"
+            )
+        if value not in RESERVED_LABELS.get(key, ()):
+            known = ", ".join(f"{k}={'|'.join(sorted(v))}" for k, v in RESERVED_LABELS.items())
+            raise ValidationFailed(f"labels: {key}={value} is not a reserved label (known: {known})")
+
+
+def node_is_edge(node: Node) -> bool:
+    return (node.labels or {}).get(EDGE_LABEL) == "true"
+
+
 def _region_check(region: str) -> None:
     if region not in Region.values:
         raise ValidationFailed(f"region must be one of {', '.join(Region.values)}")
@@ -54,11 +80,16 @@ def join_token_create(
     ttl_s: int = 3600,
     name_hint: str = "",
     team: Team | None = None,
+    edge: bool = False,
 ) -> tuple[JoinToken, str]:
-    """A join token for one new node in ``region`` carrying ``labels``; the clear token is returned once."""
+    """A join token for one new node in ``region`` carrying ``labels``; the clear token is returned once.
+    ``edge`` (the same as the label ``lantau.io/edge=true``) lets that node run its region's edge."""
     node_require_manager(actor=actor, team=team)
     _region_check(region)
     labels = labels_validate(labels)
+    _reserved_check(labels, from_node=False)
+    if edge:
+        labels[EDGE_LABEL] = "true"
     if not MIN_TTL_S <= ttl_s <= MAX_TTL_S:
         raise ValidationFailed(f"ttl_s must be between {MIN_TTL_S} and {MAX_TTL_S} seconds")
     if name_hint and not _NAME_RE.match(name_hint):
@@ -90,6 +121,7 @@ def node_join(*, join_token: str, name: str, region: str, labels: dict[str, str]
         raise ValidationFailed("name must be lowercase letters, digits and dashes (max 63)")
     _region_check(region)
     labels = labels_validate(labels)
+    _reserved_check(labels, from_node=True)
     if region != token.region:
         raise Conflict(f"this join token is for region {token.region!r}, not {region!r}")
     clear = f"ltn_{secrets.token_urlsafe(32)}"
@@ -101,8 +133,23 @@ def node_join(*, join_token: str, name: str, region: str, labels: dict[str, str]
             raise Conflict("this join token was already used; ask an operator for a new one")
         node = _node_claim(name=name, region=region, labels={**labels, **token.labels}, clear=clear)
         audit_record(team=token.team, actor=None, action="node.join", target=name,
-                     data={"region": region, "join_token": token.token_prefix})  # fmt: skip
+                     data={"region": region, "join_token": token.token_prefix,
+                           "edge": node_is_edge(node)})  # fmt: skip
     return node, clear
+
+
+def node_edge_config(*, node: Node) -> dict:
+    """The environment of the edge process an edge node's agent runs (``edge_environment``: the edge key,
+    a secret, the public key of signed entries, Redis and its prefix), with the node's region; only for
+    nodes that joined with an edge token (403 otherwise). Each hand-out is an audit event."""
+    if not node_is_edge(node):
+        raise Forbidden(
+            f"node {node.name!r} may not run an edge: join it with a join token an owner or admin made "
+            f"with edge (label {EDGE_LABEL}=true)"
+        )
+    audit_record(team=None, actor=None, action="node.edge_config", target=node.name,
+                 data={"region": node.region})  # fmt: skip
+    return {"node": node.name, "region": node.region, "environment": edge_environment()}
 
 
 def _node_claim(*, name: str, region: str, labels: dict[str, str], clear: str) -> Node:

@@ -14,11 +14,12 @@ import logging
 import re
 import secrets
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from accounts.keyhash import verify_key_text
 from accounts.models import Membership, Team
@@ -163,8 +164,18 @@ def _files_of(version_id: int) -> list[dict]:
     return files
 
 
+# What a heartbeat reads of a node's replicas and their deployments: not the deployments' placement
+# (per-node reasons, large with many nodes) or autoscaling history, which answers do not need.
+_BEAT_COLUMNS = (
+    "id", "deployment_id", "node_id", "model_version_id", "state", "url", "error", "gpu_index", "spec",
+    "deployment__id", "deployment__name", "deployment__team_id", "deployment__model_version_id",
+    "deployment__region", "deployment__device", "deployment__max_batch_size", "deployment__max_queue_delay_ms",
+    "deployment__node_selector", "deployment__rollout",
+)  # fmt: skip
+
+
 def _replicas_of(node: Node) -> list[Replica]:
-    return list(Replica.objects.filter(node=node).select_related("deployment"))
+    return list(Replica.objects.filter(node=node).select_related("deployment").only(*_BEAT_COLUMNS))
 
 
 def desired_for(node: Node, replicas: list[Replica] | None = None) -> list[dict]:
@@ -270,12 +281,69 @@ def inventory_fingerprint(inventory: dict) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
-def node_heartbeat(*, node: Node, region: str, inventory: dict, replicas: list[dict]) -> dict:
+@dataclass
+class BeatSnapshot:
+    """A node as its heartbeats need it: the row, its replicas with their deployments, and (once
+    computed) the answer's desired replicas, valid while ``version`` is what PostgreSQL says."""
+
+    version: str
+    node: Node
+    rows: list[Replica]
+    desired: list[dict] | None = None
+
+
+_snapshots: dict[str, BeatSnapshot] = {}  # token hash -> the node's last snapshot in this process
+
+# One indexed read per heartbeat, on the token's hash: the node's id and a version of everything its
+# answer depends on, i.e. the row versions (``xmin``: PostgreSQL gives every inserted or updated row
+# version the id of the transaction that wrote it) of the node, its replicas and their deployments.
+# Any change of a credential (the hash no longer matches), a removal (no row), a replica placed,
+# changed or deleted, a deployment's settings or rollout, or the node's status or rotation request
+# gives another version; an equal version lets the heartbeat reuse the rows and answer it had.
+_VERSION_SQL = (
+    "SELECT n.id, n.xmin::text || '|' || coalesce(string_agg("
+    "r.id::text || ':' || r.xmin::text || ':' || d.xmin::text, ',' ORDER BY r.id), '') "
+    "FROM inference_node n LEFT JOIN inference_replica r ON r.node_id = n.id "
+    "LEFT JOIN inference_deployment d ON d.id = r.deployment_id "
+    "WHERE n.token_hash = %s GROUP BY n.id"
+)
+
+
+def heartbeat_snapshot(token: str | None) -> BeatSnapshot | None:
+    """The node ``token`` authenticates, with its replicas (None: no such credential). Always one read
+    of PostgreSQL, so a rotated credential or a removed node is refused at once; the rows are read again
+    only when their version changed."""
+    if not token:
+        return None
+    digest = token_hash(token)
+    with connection.cursor() as cursor:
+        cursor.execute(_VERSION_SQL, [digest])
+        found = cursor.fetchone()
+    if found is None:
+        _snapshots.pop(digest, None)
+        return None
+    node_id, version = found
+    known = _snapshots.get(digest)
+    if known is not None and known.version == version:
+        return known
+    node = Node.objects.filter(pk=node_id, token_hash=digest).first()
+    if node is None:  # removed or rotated since the read above
+        return None
+    if len(_snapshots) >= _CACHE_MAX:
+        _snapshots.clear()
+    snapshot = _snapshots[digest] = BeatSnapshot(version, node, _replicas_of(node))
+    return snapshot
+
+
+def node_heartbeat(
+    *, node: Node, region: str, inventory: dict, replicas: list[dict], snapshot: BeatSnapshot | None = None
+) -> dict:
     """Record the node's inventory and its replicas' actual state; answer with the desired replicas.
 
     Liveness and the fresh inventory go to Redis (``inference.liveness``). PostgreSQL is written only
     when something changed: the node comes back, its inventory changed meaningfully, a replica's
-    state changed, or LANTAU_NODE_PERSIST_EVERY_S passed since the row's last write.
+    state changed, or LANTAU_NODE_PERSIST_EVERY_S passed since the row's last write. With the node's
+    ``snapshot`` (``heartbeat_snapshot``) nothing more is read unless something changed.
     """
     if region != node.region:
         raise Conflict(f"this node token belongs to region {node.region!r}, not {region!r}")
@@ -291,23 +359,34 @@ def node_heartbeat(*, node: Node, region: str, inventory: dict, replicas: list[d
     came_back = node.status != NodeStatus.ONLINE
     last = node.last_heartbeat_at.timestamp() if node.last_heartbeat_at else 0.0
     due = not kept or now - last >= settings.NODE_PERSIST_EVERY_S
-    rows = _replicas_of(node)
-    with transaction.atomic():
-        if came_back or due or inventory_fingerprint(pinned) != inventory_fingerprint(node.inventory):
-            node.inventory, node.status = pinned, NodeStatus.ONLINE
-            node.last_heartbeat_at = datetime.fromtimestamp(now, tz=UTC)
-            Node.objects.filter(pk=node.pk).update(
-                inventory=pinned, status=NodeStatus.ONLINE, last_heartbeat_at=node.last_heartbeat_at
-            )
-        by_id = {r.pk: r for r in rows}
-        for report in replicas:
-            _apply_report(node, by_id, report)
-        if remembered.watched:  # a node page is open: push the figures to it
-            publish(group, "node_stats", dict(figures))
+    rows = snapshot.rows if snapshot is not None else _replicas_of(node)
+    try:
+        with transaction.atomic():
+            if came_back or due or inventory_fingerprint(pinned) != inventory_fingerprint(node.inventory):
+                node.inventory, node.status = pinned, NodeStatus.ONLINE
+                node.last_heartbeat_at = datetime.fromtimestamp(now, tz=UTC)
+                Node.objects.filter(pk=node.pk).update(
+                    inventory=pinned, status=NodeStatus.ONLINE, last_heartbeat_at=node.last_heartbeat_at
+                )
+            by_id = {r.pk: r for r in rows}
+            for report in replicas:
+                _apply_report(node, by_id, report)
+            if remembered.watched:  # a node page is open: push the figures to it
+                publish(group, "node_stats", dict(figures))
+    except BaseException:
+        if snapshot is not None:  # what it holds in memory may be ahead of what was rolled back
+            _snapshots.pop(node.token_hash, None)
+        raise
     if came_back:  # its replicas were re-placed while it was away: converge, never duplicate
         log.info("node %s is ready again", node.name)
-        _reconcile_all_later()
-    return {"replicas": desired_for(node, rows), "rotate_credential": node.rotate_requested}
+        _reconcile_all_soon()
+    if snapshot is None:
+        desired = desired_for(node, rows)
+    elif snapshot.desired is None:  # the answer depends on nothing a heartbeat writes (not the states)
+        desired = snapshot.desired = desired_for(node, rows)
+    else:
+        desired = snapshot.desired
+    return {"replicas": desired, "rotate_credential": node.rotate_requested}
 
 
 def _apply_report(node: Node, rows: dict[int, Replica], report: dict) -> None:
@@ -331,7 +410,9 @@ def _apply_report(node: Node, rows: dict[int, Replica], report: dict) -> None:
         setattr(replica, key, value)
     if not changed:
         return
-    deployment = replica.deployment
+    deployment = Deployment.objects.filter(pk=replica.deployment_id).first()  # the whole row: pages, edges
+    if deployment is None:  # deleted meanwhile; its replicas went with it
+        return
     publish_deployment_status(deployment)
     if state in (ReplicaState.FAILED, ReplicaState.READY):  # replace the failed; roll on once ready
         queue.deployment_reconcile_later(deployment.pk)
@@ -359,6 +440,17 @@ def _footprint_record(node: Node, replica: Replica, measured: int) -> None:
 
 def _reconcile_all_later() -> None:
     queue.deployments_reconcile_all_later()
+
+
+# Nodes coming back together (a console restart, a network blip, a fleet joining) share one pass over
+# every deployment: the first of each window asks for it to run a window later, by which time the
+# others' heartbeats have committed; the rest ask for nothing.
+RETURN_RECONCILE_WINDOW_S = 1.0
+
+
+def _reconcile_all_soon() -> None:
+    if liveness.first_in_window("reconcile-all", RETURN_RECONCILE_WINDOW_S):
+        queue.deployments_reconcile_all_later(countdown=RETURN_RECONCILE_WINDOW_S)
 
 
 def nodes_sweep() -> int:

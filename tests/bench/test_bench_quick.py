@@ -21,7 +21,10 @@ FIELDS = {"target", "model", "concurrency", "requests", "p50_ms", "p95_ms", "p99
 def quick_lines(tmp_path_factory) -> list[dict]:
     work = tmp_path_factory.mktemp("bench")
     result = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--work-dir", str(work)],
+        # Every target but scale-from-zero, whose code (bench.coldstart.run_coldstart) runs on the shared
+        # stack in tests/rollouts/test_rollouts_e2e.py instead of starting one more console here.
+        [sys.executable, "-m", "bench", "--quick", "--work-dir", str(work),
+         "--scenarios", "raw,runner,plain,gateway,edge,fleet,rollout"],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -41,8 +44,8 @@ def test_quick_bench_prints_a_complete_line_for_every_target_model_and_concurren
 def test_quick_bench_lines_hold_numbers_and_no_failed_requests(quick_lines) -> None:
     for line in quick_lines:
         assert "skipped" not in line, line["skipped"]
-        if line["target"] == "fleet":
-            continue  # heartbeats have no batches: checked below
+        if line["target"] in ("fleet", "rollout"):
+            continue  # heartbeats have no batches, replicas come and go in a rollout: checked below
         assert line["errors"] == 0, line
         assert line["requests"] > 0 and line["throughput_rps"] > 0
         assert 0 < line["p50_ms"] <= line["p95_ms"] <= line["p99_ms"]
@@ -61,3 +64,26 @@ def test_quick_fleet_line_holds_heartbeats_pages_and_postgres_writes(quick_lines
     assert fleet["api_requests"] > 0 and fleet["page_requests"] > 0
     assert fleet["api_p95_ms"] > 0 and fleet["page_p95_ms"] > 0
     assert fleet["node_row_writes"] < fleet["requests"] and fleet["writes_avoided"] > 0
+
+
+def test_quick_rollout_line_holds_the_change_against_the_load_before_it(quick_lines) -> None:
+    """Two replicas rolled to a new version under a steady load through a node agent's edge: the rollout
+    replaced every replica, and no request failed before, during or after it."""
+    (rollout,) = [line for line in quick_lines if line["target"] == "rollout"]
+    assert "skipped" not in rollout, rollout["skipped"]
+    assert FIELDS <= set(rollout), rollout
+    # Every replica of the new version and ready (the quick run stops there: the rollout's own record
+    # says done on a later pass of the reconciler); never rolled back.
+    assert rollout["replaced_s"] > 0 and rollout["rollout_state"] in ("in_progress", "done"), rollout
+    assert (
+        rollout["errors"]
+        == rollout["before_errors"]
+        == rollout["after_errors"]
+        == rollout["failed_total"]
+        == 0
+    )
+    assert rollout["requests"] > 0 and rollout["before_requests"] > 0 and rollout["throughput_rps"] > 0
+    for prefix in ("", "before_"):
+        assert 0 < rollout[f"{prefix}p50_ms"] <= rollout[f"{prefix}p95_ms"] <= rollout[f"{prefix}p99_ms"]
+    assert rollout["replicas"] == 2 and rollout["via"] == "edge"
+    assert sum(rollout["served_by_version"].values()) == rollout["requests"]

@@ -24,6 +24,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from bench.coldstart import ColdStartOptions, run_coldstart
 from tests.support.deployments import deploy_colours
 from tests.support.factories import image_bytes
 from tests.support.stack import Stack
@@ -286,3 +287,16 @@ def test_a_burst_scales_out_to_the_maximum_and_back_in_when_idle(world) -> None:
         wait_for(
             lambda: len(api.get(f"/api/v1/deployments/{name}").json()["replica_set"]) == 1, "one replica", api
         )
+
+
+def test_a_deployment_scaled_to_zero_holds_its_first_requests_then_goes_back_to_zero(world) -> None:
+    """Through the console's /v1/ with the real worker and node agent (``bench.coldstart``, the bench's
+    scale-from-zero scenario on the shared stack): idle, it goes to zero replicas; requests sent then
+    are held while the worker wakes it and the agent starts a runner, then served, none failing; idle
+    again, it returns to zero."""
+    options = ColdStartOptions.quick()
+    line = run_coldstart(world["stack"], world["workdir"], options, world["manage"], world["infer"])
+    assert line["errors"] == 0 and line["requests"] >= options.clients, line
+    assert line["woken_by"] == ["a request arrived while scaled to zero"], line
+    assert 0 < line["cold_start_ms"] and 0 < line["p50_ms"] <= line["p99_ms"], line
+    assert line["back_to_zero_s"] >= 0

@@ -155,6 +155,7 @@ API_ROUTES = {
     "POST /nodes/credential": NODE_AGENT,
     "POST /nodes/heartbeat": NODE_AGENT,
     "GET /nodes/artifacts/{sha256}": NODE_AGENT,
+    "GET /nodes/edge-config": NODE_AGENT,  # and only a node that joined with an edge token (tests/edge)
     "GET /jobs": "job.read",
     "POST /jobs": "job.start",
     "GET /jobs/{job_id}": "job.read",

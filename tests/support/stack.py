@@ -27,7 +27,15 @@ REPO = Path(__file__).resolve().parents[2]
 def runner_pids(data_dir: Path) -> list[int]:
     """Live runner processes a node agent with this data dir started, found by their output file
     (``<data_dir>/runners/<replica>.log``, their stdout), whichever agent started or adopted them."""
-    logs = str(data_dir.resolve() / "runners") + os.sep
+    return _pids_writing_to(str(data_dir.resolve() / "runners") + os.sep)
+
+
+def edge_pids(data_dir: Path) -> list[int]:
+    """Live edge processes a node agent with this data dir started (stdout: ``<data_dir>/edge.log``)."""
+    return _pids_writing_to(str(data_dir.resolve() / "edge.log"))
+
+
+def _pids_writing_to(logs: str) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -145,13 +153,18 @@ class Stack:
         *,
         labels: dict[str, str] | None = None,
         join: bool = False,
+        edge: bool = False,
+        join_token: str = "",
         args: tuple[str, ...] = (),
     ) -> None:
         """Start the node agent ``name`` with its own data dir (``node_dir``). It gets a node token
         from ``create_node_token``, or with ``join`` a single-use join token it exchanges for its
-        credential at start (stored in its data dir, so ``restart_node`` needs no token)."""
+        credential at start (stored in its data dir, so ``restart_node`` needs no token); ``edge``
+        makes that an edge join token (the agent may then run its region's edge: ``--edge-port``).
+        ``join_token`` joins with one made elsewhere (through the API, as an operator would)."""
+        join = join or bool(join_token)
         if join:
-            env = {"LANTAU_JOIN_TOKEN": self.join_token(region, labels or {})}
+            env = {"LANTAU_JOIN_TOKEN": join_token or self.join_token(region, labels or {}, edge=edge)}
         else:
             # Room for every deployment the end-to-end tests leave on the shared stack (tiny models, idle runners).
             token = (
@@ -177,14 +190,15 @@ class Stack:
             self.user("fleet-admin", "fleet-ops", "owner")
             self._join_admin = True
 
-    def join_token(self, region: str, labels: dict[str, str]) -> str:
-        """A single-use join token made by an owner (``inference.services.node_join``), as an operator would."""
+    def join_token(self, region: str, labels: dict[str, str], *, edge: bool = False) -> str:
+        """A single-use join token made by an owner (``inference.services.node_join``), as an operator
+        would; with ``edge`` its node may run the region's edge."""
         self._fleet_admin()
         code = (
             "from django.contrib.auth import get_user_model\n"
             "from inference.services.node_join import join_token_create\n"
             "actor = get_user_model().objects.get(username='fleet-admin')\n"
-            f"print(join_token_create(actor=actor, region={region!r}, labels={labels!r})[1])\n"
+            f"print(join_token_create(actor=actor, region={region!r}, labels={labels!r}, edge={edge!r})[1])\n"
         )
         return self.manage("shell", "-c", code).strip().splitlines()[-1]
 
@@ -252,8 +266,8 @@ class Stack:
     def stop(self) -> None:
         for name in list(self.procs):
             self.kill(name)
-        for name in self.nodes:  # runners of agents that were killed and not restarted
-            for pid in runner_pids(self.node_dir(name)):
+        for name in self.nodes:  # runners and edges of agents that were killed and not restarted
+            for pid in runner_pids(self.node_dir(name)) + edge_pids(self.node_dir(name)):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
         try:
@@ -299,6 +313,23 @@ class Stack:
             .strip()
             .splitlines()[-1]
         )
+
+    def owner_keys(self, username: str, team: str) -> dict[str, str]:
+        """A new owner of a new ``team`` with a ``manage`` and an ``inference`` key, in one Django start
+        (``user`` and ``api_key`` cost one each)."""
+        code = (
+            "import json\n"
+            "from django.contrib.auth import get_user_model\n"
+            "from accounts.models import Membership, Team\n"
+            "from accounts.services import api_key_create\n"
+            f"user = get_user_model().objects.create_user(username={username!r}, password=None)\n"
+            f"team = Team.objects.create(name={team!r})\n"
+            "Membership.objects.create(team=team, user=user, role='owner')\n"
+            "print(json.dumps({s: api_key_create(team=team, actor=user, name=s, scopes=[s])[1] "
+            "for s in ('manage', 'inference')}))\n"
+        )
+        keys: dict[str, str] = json.loads(self.manage("shell", "-c", code).strip().splitlines()[-1])
+        return keys
 
     def api_key(self, username: str, *scopes: str) -> str:
         args = ["create_api_key", "--user", username, "--name", "test"]
