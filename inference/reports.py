@@ -111,6 +111,14 @@ def version_rows(versions: list[ModelVersion]) -> list[dict]:
             source__in=versions, kind=JobKind.BENCHMARK, status=JobStatus.SUCCEEDED
         ).order_by("finished_at")
     }
+    # The job that made each version, and how many examples its report lists as disagreeing with the
+    # parent (a download on the job's page; none listed: no link).
+    makers = {
+        j.output_id: (j.pk, ((j.result or {}).get("disagreements") or {}).get("count"))
+        for j in Job.objects.filter(output__in=versions, status=JobStatus.SUCCEEDED).only(
+            "pk", "output_id", "result"
+        )
+    }
     rows = []
     for v in versions:
         own = ((v.report or {}).get("latency") or {}).get("child")
@@ -134,6 +142,8 @@ def version_rows(versions: list[ModelVersion]) -> list[dict]:
                 "options": (v.lineage or {}).get("options", {}),
                 "kind": (v.lineage or {}).get("kind", v.lineage.get("source", "")),
                 "tuning": (v.report or {}).get("tuning"),
+                "job_id": makers.get(v.pk, (None, None))[0],
+                "disagreements": makers.get(v.pk, (None, None))[1],
             }
         )
     return rows

@@ -9,12 +9,13 @@ from django.views.decorators.http import require_POST
 
 from accounts.decorators import member_required, team_object_or_404
 from core.errors import ApplicationError
-from core.forms import form_int
+from core.forms import form_int, optional_number
 from inference import selectors
 from inference.jobs.registry import kind_choices
 from inference.models import Device, Region, Task
 from inference.node_views import labels_text, parse_labels
 from inference.reports import benchmark_table, chart_points, public_result, version_rows
+from inference.services.autoscale import deployment_autoscaling_set
 from inference.services.deployments import (
     DeploymentSpec,
     deployment_create,
@@ -263,6 +264,16 @@ def _deployment_change(request, membership, deployment, action: str | None) -> N
         deployment_update(
             team=team, actor=actor, deployment=deployment, model_version_id=form_int(post, "model_version_id")
         )
+    elif action == "autoscaling":  # max 0 turns it off; min 0 lets it scale to zero when idle
+        target = optional_number(post, "target_inflight_per_replica", float)
+        deployment_autoscaling_set(
+            team=team, actor=actor, deployment=deployment,
+            min_replicas=form_int(post, "min_replicas", default=deployment.min_replicas),
+            max_replicas=form_int(post, "max_replicas", default=0),
+            target_inflight_per_replica=deployment.target_inflight_per_replica if target is None else target,
+            scale_cooldown_s=form_int(post, "scale_cooldown_s", default=deployment.scale_cooldown_s),
+            scale_to_zero_after_s=form_int(post, "scale_to_zero_after_s", default=deployment.scale_to_zero_after_s),
+        )  # fmt: skip
     else:
         raise ApplicationError("unknown action")
 

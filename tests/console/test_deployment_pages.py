@@ -126,3 +126,24 @@ def test_while_batching_rolls_out_old_runners_keep_their_settings_until_replaced
     asked = {spec["id"]: spec["batching"]["max_batch_size"] for spec in desired_for(node)}
     assert len(asked) == 3 and {asked[pk] for pk in old} == {8}  # both old ones unchanged, serving
     assert {b for pk, b in asked.items() if pk not in old} == {4}  # the one new replica runs the change
+
+
+def test_autoscaling_is_set_on_the_page_down_to_zero_and_refusals_change_nothing(owner, viewer, colours):
+    c = client_for(owner)
+    assert 'id="autoscaling-form"' in c.get("/deployments/dp-colours/").content.decode()
+    form = {"action": "autoscaling", "next": "detail", "min_replicas": "0", "max_replicas": "3",
+            "target_inflight_per_replica": "2.5", "scale_cooldown_s": "30", "scale_to_zero_after_s": "120"}  # fmt: skip
+    r = c.post("/deployments/dp-colours/action", form, follow=True)
+    page = r.content.decode()
+    assert "dp-colours: autoscaling done." in page and "to zero after 120 s without a request" in page
+    colours.refresh_from_db()
+    assert (colours.min_replicas, colours.max_replicas, colours.target_inflight_per_replica) == (0, 3, 2.5)
+    assert (colours.scale_cooldown_s, colours.scale_to_zero_after_s) == (30, 120)
+    refused = c.post("/deployments/dp-colours/action", form | {"scale_to_zero_after_s": "never"}, follow=True)
+    assert "scale_to_zero_after_s must be a whole number, got &#x27;never&#x27;" in refused.content.decode()
+    refused = c.post("/deployments/dp-colours/action", form | {"min_replicas": "5"}, follow=True)
+    assert "0 &lt;= min &lt;= max &lt;= 32" in refused.content.decode()
+    client_for(viewer).post("/deployments/dp-colours/action", form | {"max_replicas": "0"})
+    assert 'id="autoscaling-form"' not in client_for(viewer).get("/deployments/dp-colours/").content.decode()
+    colours.refresh_from_db()
+    assert (colours.min_replicas, colours.max_replicas, colours.scale_to_zero_after_s) == (0, 3, 120)

@@ -163,3 +163,14 @@ def test_an_accuracy_drop_target_needs_a_labelled_set_and_is_met_on_one(owner, t
         job.output is not None
         and job.output.report["agreement"]["accuracy"]["parent"]["top1_accuracy"] == 1.0
     )
+
+
+def test_a_child_that_always_agrees_shows_no_disagreement_and_no_empty_download(owner, team, owner_client, colours,
+                                                                               tmp_path):  # fmt: skip
+    same = version_derive(parent=colours, actor=owner, model_path=colour_classifier(tmp_path / "same.onnx"),
+                          precision="fp32", lineage={"source": "test"}, report={})  # fmt: skip
+    job = run(owner_client, same, "evaluate", dataset_id=dataset(owner, team, "rgb", COLOUR_SET))
+    assert job.status == "succeeded", job.error
+    assert job.result["disagreements"]["count"] == 0
+    page = owner_client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "No example where the converted model" in page and "disagreements.json" not in page

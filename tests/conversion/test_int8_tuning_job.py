@@ -120,6 +120,10 @@ def test_an_unreachable_target_ends_with_the_honest_answer_and_the_best_candidat
     )
     assert job.output is not None and job.output.report["tuning"]["target_met"] is False
     assert job.log_lines.filter(message__startswith="no configuration met the target").exists()
+    count = job.result["disagreements"]["count"]
+    assert count > 0  # the kept candidate misses the target: some photos disagree
+    page = owner_client.get(reverse("inference:model-detail", args=["outlier"])).content.decode()
+    assert f"/jobs/{job_id}/disagreements.json" in page and f"{count} disagreement" in page
 
 
 def test_cancelling_a_tuning_job_mid_search_ends_it_cancelled(

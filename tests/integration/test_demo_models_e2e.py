@@ -84,10 +84,15 @@ def test_efficientnet_static_int8_job_keeps_its_answers(stack, demo):
         )
     agreement = child["report"]["agreement"]
     assert agreement["count"] >= 100
-    assert agreement["confident_top1_agreement"] >= 0.97
+    # The bar, which is also the job's default tuning target: met, not just approached.
+    assert child["report"]["tuning"]["target_met"] is True, child["report"]["tuning"]["summary"]
+    assert agreement["confident_top1_agreement"] >= 0.99
     assert agreement["parent_top1_in_child_top5"] >= 0.99
     assert child["precision"] == "int8" and child["size_bytes"] < parent["size_bytes"] / 2
     assert child["report"]["conversion"]["options"]["per_channel"] is True
+    print("INT8 default job:", {k: agreement[k] for k in ("count", "confident_top1_agreement",
+          "parent_top1_in_child_top5", "top1_agreement") if k in agreement},
+          "speed-up", child["report"].get("latency", {}).get("speedup"))  # fmt: skip
 
 
 def test_tiny_chat_streams_through_the_gateway_with_the_openai_client(stack, demo):
