@@ -17,6 +17,24 @@ import pytest
 from tests.support import people
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _forget_worker_redis_keys():
+    """An xdist worker's Redis prefix is its own for this run: delete what it left at the end."""
+    yield
+    import os
+
+    from django.conf import settings
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from accounts import keycache
+
+    client = keycache.client()
+    stale = list(client.scan_iter(match=f"{settings.REDIS_PREFIX}:*", count=1000))
+    for start in range(0, len(stale), 500):
+        client.delete(*stale[start : start + 500])
+
+
 @pytest.fixture(autouse=True)
 def _isolated_storage(request, tmp_path, settings):
     if "django_db_setup" in request.fixturenames or request.node.get_closest_marker("django_db"):

@@ -2,17 +2,27 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
+from accounts import keycache
 from accounts.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 
 
+def _forget_failures() -> None:
+    """Delete the throttle's counters only: ``cache.clear()`` is FLUSHDB, which would also wipe what
+    tests in the other xdist worker keep in the same Redis."""
+    client = keycache.client()
+    stale = list(client.scan_iter(match=f"{cache.make_key('login-fail:')}*"))
+    if stale:
+        client.delete(*stale)
+
+
 @pytest.fixture(autouse=True)
 def _clean_counters(settings):
     settings.LOGIN_MAX_FAILURES, settings.LOGIN_WINDOW_S = 3, 600
-    cache.clear()
+    _forget_failures()
     yield
-    cache.clear()
+    _forget_failures()
 
 
 def sign_in(username, password, address="192.0.2.10"):

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
+import redis
 
 from tests.support.ports import free_port
 
@@ -60,7 +61,9 @@ class Stack:
 
     def __init__(self, workdir: Path) -> None:
         Stack._started += 1
-        tag = f"{os.getpid()}_{Stack._started}"  # the session's stack and a module's own must not collide
+        # The session's stack and a module's own must not collide, nor reuse an earlier run's Redis keys
+        # (Redis outlives the run and process ids come round again): a random part too.
+        tag = f"{os.getpid()}_{Stack._started}_{os.urandom(3).hex()}"
         self.workdir = workdir
         self.logs = workdir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -273,6 +276,17 @@ class Stack:
         try:
             self._admin(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
         except psycopg.Error:
+            pass
+        self._forget_redis()
+
+    def _forget_redis(self) -> None:
+        """Delete every key under this stack's Redis prefix (key entries, usage, routes, Celery's)."""
+        try:
+            client = redis.Redis.from_url(self.env["REDIS_URL"], socket_timeout=5)
+            stale = list(client.scan_iter(match=f"{self.env['LANTAU_REDIS_PREFIX']}:*", count=1000))
+            for start in range(0, len(stale), 500):
+                client.delete(*stale[start : start + 500])
+        except redis.RedisError:
             pass
 
     # -- helpers ---------------------------------------------------------------------------------
