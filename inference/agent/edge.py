@@ -41,9 +41,11 @@ import httpx
 from contract.redis_keys import PREFIX_ENV
 from contract.routes import EDGE_KEY_ENV
 from inference.agent.supervisor import (
+    LOG_TAIL_BYTES,
     Policy,
     file_size,
     kill_group,
+    new_log_lines,
     process_alive,
     process_start_ticks,
     tail_lines,
@@ -58,7 +60,6 @@ RECORD_FILE = "edge.json"  # in the data dir: the edge process this agent (or a 
 LOG_FILE = "edge.log"  # in the data dir: the edge's output (no secrets: it never prints them)
 REQUIRED_ENV = (EDGE_KEY_ENV, VERIFY_KEY_ENV, REDIS_URL_ENV, PREFIX_ENV)
 TICK_S = 0.5
-LOG_TAIL_BYTES = 64 * 1024
 
 
 class EdgeRefused(Exception):
@@ -313,15 +314,7 @@ class EdgeSupervisor:
 
     def _follow_log(self) -> None:
         assert self.record is not None
-        try:
-            with Path(self.record.log_path).open("rb") as f:
-                f.seek(self.log_offset)
-                data = f.read(LOG_TAIL_BYTES)
-        except OSError:
-            return
-        cut = data.rfind(b"\n") + 1
-        self.log_offset += cut
-        lines = data[:cut].decode(errors="replace").splitlines()
+        lines, self.log_offset = new_log_lines(Path(self.record.log_path), self.log_offset)
         if self.echo:
             for line in lines:
                 sys.stderr.write(f"edge | {line}\n")

@@ -388,16 +388,7 @@ class Supervisor:
     def _follow_log(self, replica: Replica) -> list[str]:
         """New lines of the runner's log: echoed to the agent's log; the listening line gives the port."""
         assert replica.record is not None
-        path = Path(replica.record.log_path)
-        try:
-            with path.open("rb") as f:
-                f.seek(replica.log_offset)
-                data = f.read(LOG_TAIL_BYTES)
-        except OSError:
-            return []
-        cut = data.rfind(b"\n") + 1
-        replica.log_offset += cut
-        lines = data[:cut].decode(errors="replace").splitlines()
+        lines, replica.log_offset = new_log_lines(Path(replica.record.log_path), replica.log_offset)
         if self.echo:
             for line in lines:
                 sys.stderr.write(f"runner r{replica.replica_id} | {line}\n")
@@ -538,6 +529,19 @@ class Supervisor:
             self._stop(replica)
         self.replicas.clear()
         self.pool.shutdown(wait=False)
+
+
+def new_log_lines(path: Path, offset: int) -> tuple[list[str], int]:
+    """The whole lines written to ``path`` after ``offset`` (at most LOG_TAIL_BYTES), and the offset
+    after them (a partial last line waits for the next call)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            data = f.read(LOG_TAIL_BYTES)
+    except OSError:
+        return [], offset
+    cut = data.rfind(b"\n") + 1
+    return data[:cut].decode(errors="replace").splitlines(), offset + cut
 
 
 def file_size(path: Path) -> int:

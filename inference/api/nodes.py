@@ -102,16 +102,17 @@ def node_beat(request, payload: HeartbeatIn):
         snapshot = heartbeat_snapshot(request.auth)
         if snapshot is None:
             raise AuthenticationError()  # the same 401 as every other credential check
-        node = snapshot.node
-        answer = node_heartbeat(
-            node=node,
-            region=payload.region,
-            inventory=payload.inventory,
-            replicas=[r.dict() for r in payload.replicas],
-            snapshot=snapshot,
-        )
+        answer = _beat(snapshot, payload)
         if not connection.in_atomic_block:  # give the connection back now, not when the answer is sent
             connection.close()
+    return answer
+
+
+def _beat(snapshot, payload: HeartbeatIn) -> dict:
+    """Record the heartbeat of the snapshot's node; the answer both routes send."""
+    node = snapshot.node
+    answer = node_heartbeat(node=node, region=payload.region, inventory=payload.inventory,
+                            replicas=[r.model_dump() for r in payload.replicas], snapshot=snapshot)  # fmt: skip
     return {"node": node.name, "region": node.region, **answer}
 
 
@@ -126,7 +127,6 @@ def heartbeat_answer(token: str | None, body: bytes) -> dict:
     snapshot = heartbeat_snapshot(token)
     if snapshot is None:
         raise Unauthorized(HEARTBEAT_UNAUTHORIZED)
-    node = snapshot.node
     try:
         data = json.loads(body) if body else {}
     except ValueError:
@@ -138,14 +138,7 @@ def heartbeat_answer(token: str | None, body: bytes) -> dict:
         where = ".".join(str(p) for p in errors[0]["loc"]) if errors else ""
         message = str(errors[0]["msg"]) if errors else "invalid input"
         raise ValidationFailed(f"{where}: {message}" if where else message) from None
-    answer = node_heartbeat(
-        node=node,
-        region=payload.region,
-        inventory=payload.inventory,
-        replicas=[r.model_dump() for r in payload.replicas],
-        snapshot=snapshot,
-    )
-    return {"node": node.name, "region": node.region, **answer}
+    return _beat(snapshot, payload)
 
 
 @router.post("/credential", auth=NodeTokenAuth(), response=NodeCredentialOut)

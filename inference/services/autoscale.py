@@ -117,16 +117,20 @@ def inflight_now(deployment: Deployment) -> float | None:
     return total if seen else None
 
 
+def _locked_autoscaled(**lookup: object) -> Deployment | None:
+    """The deployment's row, locked for this transaction, when it autoscales and runs; else None."""
+    deployment = Deployment.objects.select_for_update().filter(**lookup).first()
+    if deployment is None or not deployment.max_replicas or deployment.desired_state != DesiredState.RUNNING:
+        return None
+    return deployment
+
+
 def deployment_autoscale(deployment_id: int, *, now: float | None = None) -> dict | None:
     """Take one sample and apply the decision, if any (see the module's rules); the decision or None."""
     now = time.time() if now is None else now
     with transaction.atomic():
-        deployment = Deployment.objects.select_for_update().filter(pk=deployment_id).first()
-        if (
-            deployment is None
-            or not deployment.max_replicas
-            or deployment.desired_state != DesiredState.RUNNING
-        ):
+        deployment = _locked_autoscaled(pk=deployment_id)
+        if deployment is None:
             return None
         state = dict(deployment.autoscale or {})
         window = settings.AUTOSCALE_WINDOW_S
@@ -192,13 +196,8 @@ def deployment_wake(name: str, *, now: float | None = None) -> bool:
     reason; False (nothing changed) unless it autoscales, runs and has no replica wanted."""
     now = time.time() if now is None else now
     with transaction.atomic():
-        deployment = Deployment.objects.select_for_update().filter(name=name).first()
-        if (
-            deployment is None
-            or not deployment.max_replicas
-            or deployment.desired_state != DesiredState.RUNNING
-            or deployment.replicas > 0
-        ):
+        deployment = _locked_autoscaled(name=name)
+        if deployment is None or deployment.replicas > 0:
             return False
         state = dict(deployment.autoscale or {})
         state["busy_at"] = now
