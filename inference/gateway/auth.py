@@ -2,9 +2,11 @@
 
 * ``authenticate``: the key's entry (``contract.apikeys``) must carry the console's signature, be for
   the key's own prefix, match the key's SHA-256 (constant-time) and not have expired; a tombstone is
-  refused at once. With no valid entry (none, unsigned, forged, another install's), the database decides
+  refused at once. Redis is read on every request (a revocation bites at once), but the same entry bytes
+  are verified only once (``_open``). With no valid entry (none, unsigned, forged, another install's), the database decides
   (``accounts.services.api_key_cache_miss``), which also rewrites the entry or notes a short negative
   one. Every bad key gets the same 401 body; Redis unreachable is 503 (keys cannot be checked safely).
+  A key's last use and address are noted at most once a second (``LAST_USE_EVERY_S``), as at the edges.
 * ``authorize``: the key's deployment list (403) and its monthly quota (429 ``quota_exceeded`` with
   ``Retry-After`` up to the next month); ``enforce_rate_limit``: its rate limit, sharing the runners' token bucket
   (``inference.runner.ratelimit``) so a key's limit holds whether it calls the gateway or a runner.
@@ -27,6 +29,7 @@ from contract.apikeys import (
     INVALID_KEY_MESSAGE,
     MISSING_KEY_MESSAGE,
     TOMBSTONE,
+    CachedKey,
     KeyIdentity,
     bearer_token,
     entry_check,
@@ -35,6 +38,7 @@ from contract.apikeys import (
     key_prefix,
 )
 from contract.quotas import month_of, quota_refusal, usage_from_redis
+from contract.signing import Ed25519PublicKey
 from core.errors import ApplicationError, Forbidden, Unauthorized, Unavailable
 from inference.gateway.db import db_read
 from inference.runner.errors import Unavailable as RunnerUnavailable
@@ -42,6 +46,13 @@ from inference.runner.ratelimit import RateLimiter
 
 _redis: aioredis.Redis | None = None
 _limiter: tuple[str, RateLimiter] | None = None
+# The last entry each key prefix opened, as (install prefix, raw entry, verifier's bytes) -> what it
+# said: Redis is still read on every request (a revocation bites at once), but the same bytes are not
+# verified twice (an Ed25519 verify is the costliest step of a request here).
+_opened: dict[str, tuple[tuple[str, bytes | str, bytes], CachedKey | None]] = {}
+_last_use: dict[str, float] = {}  # key prefix -> when its last use was last noted (monotonic seconds)
+LAST_USE_EVERY_S = 1.0  # as the edges: last-use bookkeeping at most once a second per key
+MAX_REMEMBERED = 10_000
 
 
 class RateLimited(ApplicationError):
@@ -85,11 +96,39 @@ async def _identity(token: str) -> KeyIdentity | None:
     if raw == TOMBSTONE:
         return None
     verifier = keyhash.signer().public_key()
-    cached = entry_open(raw, verifier, settings.REDIS_PREFIX, prefix) if raw is not None else None
+    cached = _open(raw, verifier, prefix) if raw is not None else None
     if cached is None:  # missing, unsigned, forged or stale: the database decides and repairs the entry
         entry = await db_read(api_key_cache_miss, clear_key=token)
         cached = entry_open(entry, verifier, settings.REDIS_PREFIX, prefix) if entry is not None else None
     return entry_check(cached, token, time.time()) if cached is not None else None
+
+
+def _open(raw: bytes | str, verifier: Ed25519PublicKey, prefix: str) -> CachedKey | None:
+    """``entry_open``, remembered for the last bytes each key prefix's entry held."""
+    seen = (settings.REDIS_PREFIX, raw, verifier.public_bytes_raw())
+    known = _opened.get(prefix)
+    if known is not None and known[0] == seen:
+        return known[1]
+    cached = entry_open(raw, verifier, settings.REDIS_PREFIX, prefix)
+    if len(_opened) >= MAX_REMEMBERED:
+        _opened.clear()
+    _opened[prefix] = (seen, cached)
+    return cached
+
+
+async def _note_use(identity: KeyIdentity, prefix: str, address: str | None) -> None:
+    """Last use and address for ``accounts.usage``'s roll-up, at most once a second per key."""
+    now = time.monotonic()
+    if now - _last_use.get(prefix, -LAST_USE_EVERY_S) < LAST_USE_EVERY_S:
+        return
+    if len(_last_use) >= MAX_REMEMBERED:
+        _last_use.clear()
+    _last_use[prefix] = now
+    try:  # bookkeeping never refuses a request
+        fields = ["at", f"{time.time():.3f}", "addr", address or ""]
+        await _client().hset(keycache.names().last_use(identity.key_id), items=fields)
+    except (RedisError, OSError):
+        pass
 
 
 async def authenticate(authorization: str | None, address: str | None = None) -> KeyIdentity:
@@ -102,11 +141,7 @@ async def authenticate(authorization: str | None, address: str | None = None) ->
         raise Unauthorized(INVALID_KEY_MESSAGE)  # one body for malformed, unknown, wrong, revoked, expired
     if "inference" not in identity.scopes:
         raise Forbidden("this API key has no `inference` scope")
-    try:  # last use, rolled up into the database by accounts.usage; bookkeeping never refuses a request
-        fields = ["at", f"{time.time():.3f}", "addr", address or ""]
-        await _client().hset(keycache.names().last_use(identity.key_id), items=fields)
-    except (RedisError, OSError):
-        pass
+    await _note_use(identity, key_prefix(token), address)
     return identity
 
 

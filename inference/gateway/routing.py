@@ -10,6 +10,7 @@ the edge's ``Balancer``, one per table.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 
@@ -40,6 +41,7 @@ def _load_for_team(team_id: int) -> list[str]:
 class RouteTable:
     def __init__(self) -> None:
         self._routes: OrderedDict[str, tuple[float, RouteEntry]] = OrderedDict()
+        self._reading: dict[str, asyncio.Task[RouteEntry | None]] = {}  # reads in progress, by name
         self.balancer = Balancer(settings.GATEWAY_REGION)
 
     async def get(self, name: str) -> RouteEntry | None:
@@ -48,7 +50,19 @@ class RouteTable:
         if hit is not None and now - hit[0] < TTL_S:
             self._routes.move_to_end(name)
             return hit[1]
-        route = await db_read(_load, name)
+        # One read per name at a time: when an entry expires under load, every request in flight for
+        # it would otherwise read the same row (32 clients: 32 queries a second instead of one).
+        loop = asyncio.get_running_loop()
+        reading = self._reading.get(name)
+        if reading is None or reading.done() or reading.get_loop() is not loop:
+            reading = self._reading[name] = loop.create_task(self._read(name, now))
+        return await asyncio.shield(reading)  # a caller that goes away leaves the read to the others
+
+    async def _read(self, name: str, now: float) -> RouteEntry | None:
+        try:
+            route = await db_read(_load, name)
+        finally:
+            self._reading.pop(name, None)
         if route is None:  # misses are not kept: a made-up name must not grow the table
             self._routes.pop(name, None)
             return None

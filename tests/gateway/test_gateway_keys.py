@@ -3,7 +3,9 @@ every bad key, expiry, per-deployment scopes (403, hidden from /v1/models) and m
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -195,3 +197,76 @@ def test_the_gateway_notes_last_use_and_address(team, owner) -> None:
     run(scenario)
     seen = keycache.client().hgetall(keycache.names().last_use(row.pk))
     assert seen[b"addr"] == b"192.0.2.7" and float(seen[b"at"]) > 0
+
+
+def test_an_entry_is_verified_once_and_a_revocation_still_bites_at_once(team, owner, monkeypatch) -> None:
+    row, clear = api_key_create(team=team, actor=owner, name="v")
+    opened: list[str] = []
+    real_open = auth.entry_open
+
+    def counting_open(raw, verifier, namespace, prefix):  # the real check, counted
+        opened.append(prefix)
+        return real_open(raw, verifier, namespace, prefix)
+
+    monkeypatch.setattr(auth, "entry_open", counting_open)
+
+    async def scenario() -> None:
+        for _ in range(5):
+            assert (await call("GET", "/v1/models", clear))[0] == 200
+        assert opened == [row.prefix]  # Redis read five times, the signature checked once
+        await sync_to_async(api_key_revoke)(team=team, actor=owner, key_id=row.pk)
+        status, _, body = await call("GET", "/v1/models", clear)  # the very next request
+        assert status == 401 and json.loads(body)["error"]["message"] == INVALID_KEY_MESSAGE
+        # New bytes under the same prefix (a forged entry) are checked afresh, never taken on trust.
+        forged = entry_sign(signing_key_from_secret("not the console's"), settings.REDIS_PREFIX,
+                            prefix=row.prefix, digest=key_hash(clear), key_id=row.pk, team_id=team.pk,
+                            scopes=["inference"])  # fmt: skip
+        await sync_to_async(keycache.client().set)(keycache.names().api_key(row.prefix), forged)
+        assert (await call("GET", "/v1/models", clear))[0] == 401
+        assert opened[-1] == row.prefix and len(opened) == 2
+
+    run(scenario)
+
+
+def test_last_use_is_noted_at_most_once_a_second_per_key(team, owner) -> None:
+    row, clear = api_key_create(team=team, actor=owner, name="once")
+    noted = keycache.names().last_use(row.pk)
+
+    async def scenario() -> None:
+        assert (await call("GET", "/v1/models", clear))[0] == 200
+        first = await sync_to_async(keycache.client().hgetall)(noted)
+        assert first[b"addr"] == b"192.0.2.7"
+        await sync_to_async(keycache.client().delete)(noted)
+        assert (await call("GET", "/v1/models", clear))[0] == 200  # within the second: not written again
+        assert await sync_to_async(keycache.client().exists)(noted) == 0
+        auth._last_use[row.prefix] -= auth.LAST_USE_EVERY_S  # a second later
+        assert (await call("GET", "/v1/models", clear))[0] == 200
+        assert await sync_to_async(keycache.client().exists)(noted) == 1
+
+    run(scenario)
+
+
+def test_an_expired_route_is_read_once_however_many_requests_wait_for_it(deployments, monkeypatch) -> None:
+    from inference.gateway import routing
+
+    reads: list[str] = []
+    real_load = routing._load
+
+    def counting_load(name):
+        reads.append(name)
+        return real_load(name)
+
+    monkeypatch.setattr(routing, "_load", counting_load)
+    table = RouteTable()
+
+    async def scenario() -> None:
+        first = await asyncio.gather(*(table.get("gk-a") for _ in range(20)))
+        assert reads == ["gk-a"] and {r.name for r in first} == {"gk-a"}
+        assert await table.get("gk-a") is first[0] and reads == ["gk-a"]  # kept for TTL_S
+        table._routes["gk-a"] = (time.monotonic() - routing.TTL_S - 1, first[0])  # expired
+        again = await asyncio.gather(*(table.get("gk-a") for _ in range(20)), table.get("gk-b"))
+        assert reads == ["gk-a", "gk-a", "gk-b"] and again[-1].name == "gk-b"
+        assert await asyncio.gather(*(table.get("no-such") for _ in range(5))) == [None] * 5
+        assert reads.count("no-such") == 1 and len(table) == 2  # a miss is not kept
+
+    run(scenario)
