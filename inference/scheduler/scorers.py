@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from inference.scheduler.types import Ask, Candidate
 
 
@@ -19,5 +21,13 @@ def load(ask: Ask, c: Candidate) -> float:
     return c.replicas / max(1, c.node.max_replicas)
 
 
+def tie_break(ask: Ask, c: Candidate) -> int:
+    """Among equals, an order of the nodes that is stable for a deployment but differs between
+    deployments: reconciles of several deployments running at once read the same counts, and breaking
+    ties by node name sent all of them to the same first nodes (a fleet of equal nodes filled unevenly)."""
+    key = f"{ask.deployment.name}/{c.node.name}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+
+
 def score(ask: Ask, c: Candidate) -> tuple:
-    return (other_region(ask, c), crowding(ask, c), load(ask, c), c.node.name)
+    return (other_region(ask, c), crowding(ask, c), load(ask, c), tie_break(ask, c), c.node.name)

@@ -127,5 +127,20 @@ def test_a_deployments_replicas_spread_across_nodes(colour_version, node_hk_cpu)
     assert {first.candidate.node, scheduler.place(ask, cands).choice.candidate.node} == {node_hk_cpu, second}
 
 
+def test_deployments_placed_at_once_do_not_all_pick_the_same_equal_nodes(colour_version):
+    """Reconciles running side by side read the same counts; among equal nodes each deployment has its
+    own stable order, so they spread instead of all taking the first node by name."""
+    from tests.support import hardware
+
+    nodes = [hardware.node(f"hk-cpu-{i}", "hk") for i in range(8)]
+    first_picks = []
+    for index in range(12):
+        d = Deployment.objects.create(team=colour_version.model.team, name=f"d{index}", model_version=colour_version,
+                                      region="hk")  # fmt: skip
+        first_picks.append(chosen(d))  # every deployment sees the same empty nodes, as if placed at once
+        assert chosen(d) == first_picks[-1]  # the same question always gets the same answer
+    assert len(set(first_picks)) >= 5 and set(first_picks) <= set(nodes)
+
+
 def test_with_no_nodes_the_reason_says_so(colour_version):
     assert verdict(deployment(colour_version)).reasons == ["no nodes have joined"]
