@@ -53,7 +53,7 @@ def dashboard(request):
                      "regions": []}  # fmt: skip
     if membership:
         team = membership.team
-        deployments = list(selectors.deployments_for_team(team=team))
+        deployments = selectors.deployments_with_state_counts(team=team)
         context |= {
             "deployments": deployments,
             "models": list(selectors.models_for_team(team=team)),
@@ -108,7 +108,9 @@ def _attention(deployment, status: str) -> dict:
     """Why a deployment is not ready, in words: the scheduler's placement reasons, replica errors, or
     replicas running outside the region it asked for."""
     reasons: list[str] = placement_reasons(getattr(deployment, "placement", None))
-    replicas = list(deployment.replica_set.all())
+    replicas = list(
+        deployment.replica_set.select_related("node").only("error", "node__region").order_by("pk")
+    )
     reasons += [f"r{r.pk}: {r.error[:160]}" for r in replicas if r.error][:3]
     elsewhere = sorted({r.node.region for r in replicas if r.node.region != deployment.region})
     if elsewhere:

@@ -204,7 +204,7 @@ def deployment_list(request, membership):
         except ApplicationError as exc:
             messages.error(request, exc.message)
             form = request.POST  # the form comes back with what was typed
-    deployments = list(selectors.deployments_for_team(team=membership.team))
+    deployments = selectors.deployments_with_state_counts(team=membership.team)
     base = f"{request.scheme}://{request.get_host()}"
     examples = [
         {"name": d.name, "task": d.model_version.model.get_task_display(),

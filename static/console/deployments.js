@@ -12,9 +12,18 @@
       if (!row) return;
       const cell = row.querySelector("td.status");
       cell.innerHTML = "";
-      (msg.replicas.length ? msg.replicas : [{state: msg.status}]).forEach(function (r) {
-        const pill = document.createElement("span");
-        pill.className = "pill " + r.state; pill.textContent = r.state; pill.title = r.node || "";
+      // One pill per state with its count, as the page renders it (ready first).
+      const order = ["ready", "starting", "pending", "failed"], counts = new Map();
+      msg.replicas.forEach(function (r) { counts.set(r.state, (counts.get(r.state) || 0) + 1); });
+      const states = [...counts.keys()].sort(function (a, b) {
+        const ra = order.indexOf(a) < 0 ? 99 : order.indexOf(a), rb = order.indexOf(b) < 0 ? 99 : order.indexOf(b);
+        return ra - rb || a.localeCompare(b);
+      });
+      (states.length ? states : [msg.status]).forEach(function (state) {
+        const n = counts.get(state) || 0, pill = document.createElement("span");
+        pill.className = "pill " + state.replace(/ /g, "-"); pill.dataset.count = n;
+        pill.textContent = (n > 1 ? n + " × " : "") + state;
+        pill.title = n ? n + " replica" + (n > 1 ? "s " : " ") + state : state;
         cell.appendChild(pill); cell.appendChild(document.createTextNode(" "));
       });
     };
