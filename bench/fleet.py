@@ -61,6 +61,18 @@ class Latencies:
     seconds: list[float] = field(default_factory=list)
     errors: int = 0
     samples: list[str] = field(default_factory=list)
+    by_path: dict[str, list[float]] = field(default_factory=dict)  # the pages' and API's, per path
+
+    def add(self, seconds: float, path: str | None = None) -> None:
+        self.seconds.append(seconds)
+        if path is not None:
+            self.by_path.setdefault(path, []).append(seconds)
+
+    def p95_by_path(self) -> dict[str, float]:
+        """Each path's p95 (ms): which page or route holds the figure up."""
+        return {
+            path: round(percentile(sorted(times), 0.95) * 1000, 1) for path, times in self.by_path.items()
+        }
 
     def fail(self, what: str) -> None:
         self.errors += 1
@@ -268,7 +280,7 @@ async def _poll(session: aiohttp.ClientSession, paths: list[str], out: Latencies
             path = f"{path} ({exc})"
         if window.counts(began):
             if status == 200:
-                out.seconds.append(time.monotonic() - began)
+                out.add(time.monotonic() - began, path)
             else:
                 out.fail(f"{status}: GET {path}")
         await asyncio.sleep(0.25)
@@ -361,8 +373,10 @@ def fleet_line(fleet: Fleet, window: Window, before: dict[str, int], after: dict
         "replicas": sum(held), "replicas_per_node": [min(held), max(held)],
         "api_requests": len(window.api.seconds) + window.api.errors, "api_p50_ms": window.api.ms(0.50),
         "api_p95_ms": window.api.ms(0.95), "api_errors": window.api.errors,
+        "api_p95_ms_by_path": window.api.p95_by_path(),
         "page_requests": len(window.pages.seconds) + window.pages.errors, "page_p50_ms": window.pages.ms(0.50),
         "page_p95_ms": window.pages.ms(0.95), "page_errors": window.pages.errors,
+        "page_p95_ms_by_path": window.pages.p95_by_path(),
         "console_cpu_ms_per_request": round(window.console_cpu_s * 1000 / answered, 2) if answered else None,
         "console_cores": round(window.console_cpu_s / options.duration_s, 2),
         "worker_cores": round(window.worker_cpu_s / options.duration_s, 2),

@@ -63,6 +63,9 @@ def test_quick_fleet_line_holds_heartbeats_pages_and_postgres_writes(quick_lines
     assert fleet["replicas"] == fleet["concurrency"] * 2  # the quick fleet: two replicas per node
     assert fleet["api_requests"] > 0 and fleet["page_requests"] > 0
     assert fleet["api_p95_ms"] > 0 and fleet["page_p95_ms"] > 0
+    for kind in ("api", "page"):  # which path holds a figure up: every path polled, each with its p95
+        by_path = fleet[f"{kind}_p95_ms_by_path"]
+        assert len(by_path) >= 2 and all(p.startswith("/") and ms > 0 for p, ms in by_path.items()), by_path
     assert fleet["node_row_writes"] < fleet["requests"] and fleet["writes_avoided"] > 0
 
 
