@@ -269,6 +269,10 @@ def deployment_reconcile(deployment_id: int) -> dict:
         canary = [r for r in replicas if track is not None and r.spec == track]
         result = _converge(deployment, [r for r in replicas if r not in canary], want)
         result["canary_placed"] = _converge_canary(deployment, canary, canary_wanted(deployment, want))
+        if result["removed"] and track is None and not rolled_back:
+            # The last old replicas may have retired in this pass: the rollout ends now, not at the
+            # next periodic pass (15 s later). Deleted rows have no primary key any more.
+            rollout_step(deployment, [r for r in replicas if r.pk is not None], spec_digest(deployment), want)
     return result | {"rolled_back": rolled_back}
 
 

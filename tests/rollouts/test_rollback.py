@@ -51,6 +51,22 @@ def test_a_version_change_is_recorded_as_a_rollout_and_ends_done(owner_client, c
     assert rows() == [(2, "ready"), (2, "ready")]
 
 
+def test_the_rollout_is_done_in_the_pass_that_retires_the_last_old_replica(
+    owner_client, colours, new_version
+):
+    """Not at the next periodic pass, 15 s later: nothing else would wake the reconciler then."""
+    v2 = new_version()
+    patch(owner_client, {"model_version_id": v2.pk})
+    for _ in range(4):
+        result = deployment_reconcile(colours.pk)
+        if not Replica.objects.exclude(model_version=v2).exists():
+            break
+        assert show(owner_client)["rollout"]["state"] == "in_progress"
+        report(Replica.objects.filter(model_version=v2), "ready")
+    assert result["removed"] == 1 and rows() == [(2, "ready"), (2, "ready")]
+    assert show(owner_client)["rollout"]["state"] == "done"
+
+
 def test_a_new_replica_that_fails_rolls_back_and_the_old_ones_keep_serving(
     owner_client, colours, new_version
 ):
