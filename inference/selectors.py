@@ -160,6 +160,12 @@ def node_inventory_rows(node: Node) -> list[tuple[str, str]]:
         )
     if "disk_free_bytes" in inv:
         rows.append(("Disk free", gib(inv["disk_free_bytes"])))
+    edge = inv.get("edge")
+    if isinstance(edge, dict):  # an edge-flagged node's agent runs its region's edge
+        where = f"{inv.get('advertise_host') or inv.get('hostname') or 'the node'}:{edge.get('port') or '?'}"
+        state = "serving" if edge.get("ready") is True else "not ready"
+        why = f" ({str(edge['error'])[:200]})" if edge.get("error") and edge.get("ready") is not True else ""
+        rows.append(("Edge", f"{state} on {where}{why}"))
     for i, gpu in enumerate(inv.get("gpus") or []):
         if isinstance(gpu, dict):
             rows.append(

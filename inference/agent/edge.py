@@ -385,6 +385,10 @@ class EdgeSupervisor:
     def port_now(self) -> int | None:
         return self.record.port if self.record is not None else None
 
+    def summary(self) -> dict[str, Any]:
+        """What the console is told in each heartbeat's inventory: the port, ready or not, and why not."""
+        return {"port": self.port_now, "ready": self.ready, "error": (self.error or "")[:200]}
+
     def state(self) -> dict[str, Any]:
         """For ``<data_dir>/agent-state.json`` (operators, tests); never the environment."""
         record = self.record

@@ -127,6 +127,8 @@ class Agent:
         facts: dict[str, Any] = {**inventory.collect(self.data_dir), "labels": self.args.labels}
         # The console pins the advertised host at the first heartbeat and accepts replica URLs only on it.
         facts["advertise_host"] = self.args.advertise_host
+        if self.edge is not None:  # where this node's edge listens and whether it serves (pages, API)
+            facts["edge"] = self.edge.summary()
         self.runners.gpu_uuids = {gpu["index"]: gpu["uuid"] for gpu in facts["gpus"] if gpu.get("uuid")}
         return facts
 

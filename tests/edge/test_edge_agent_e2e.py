@@ -3,6 +3,7 @@
 secrets with its credential, and runs ``python -m inference.edge`` for hk.
 
 * Requests through that edge are served in hk (``X-Lantau-Served-By``), with an ordinary API key.
+* The console learns from the agent's heartbeats where the edge listens and whether it serves.
 * The edge key reaches the edge in its environment only: not on a command line, not in the agent's log.
 * A killed edge is started again by the agent, and serves again; a clean agent stop stops it.
 * ``local`` joined without an edge token: the console refuses it the edge's configuration (403).
@@ -11,6 +12,7 @@ secrets with its credential, and runs ``python -m inference.edge`` for hk.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -85,6 +87,11 @@ def test_an_edge_agent_serves_through_its_edge_keeps_the_key_secret_and_restarts
     stack: Stack, edge_node: dict
 ) -> None:
     wait_for(lambda: edge_url(stack), "the agent's edge ready", stack)
+    # The console is told where the edge listens and that it serves (the node's inventory, in its row).
+    code = f"import json; from inference.models import Node; print(json.dumps(Node.objects.get(name={NODE!r}).inventory.get('edge')))"
+    told = lambda: json.loads(stack.manage("shell", "-c", code).strip().splitlines()[-1]) or {}  # noqa: E731
+    wait_for(lambda: told().get("ready") is True, "the console told of the edge", stack)
+    assert told()["port"] == stack.agent_state(NODE)["edge"]["port"]
     wait_for(lambda: predict(edge_url(stack), edge_node["infer"]).status_code == 200, "served", stack)
     answer = predict(edge_url(stack), edge_node["infer"])
     assert answer.status_code == 200 and answer.json()["predictions"][0]["label"] == "red"

@@ -128,6 +128,24 @@ def test_a_changed_inventory_is_written_and_a_returning_node_comes_back(node_tok
     assert Node.objects.filter(name="hk-1").count() == 1
 
 
+def test_an_edge_nodes_edge_is_written_when_it_changes_and_shown_on_the_node_page(node_token, owner_client):
+    from inference.selectors import node_inventory_rows
+
+    starting = {"cpus": 2, "advertise_host": "10.0.0.7", "edge": {"port": 8443, "ready": False,
+                                                                  "error": "restarting in 1.0 s: exit 1"}}  # fmt: skip
+    assert beat(node_token, inventory=starting).status_code == 200
+    node = Node.objects.get(name="hk-1")
+    assert ("Edge", "not ready on 10.0.0.7:8443 (restarting in 1.0 s: exit 1)") in node_inventory_rows(node)
+    serving = {**starting, "edge": {"port": 8443, "ready": True, "error": ""}}
+    assert beat(node_token, inventory=serving).status_code == 200  # the edge's state alone is a write
+    node = Node.objects.get(name="hk-1")
+    assert ("Edge", "serving on 10.0.0.7:8443") in node_inventory_rows(node)
+    assert b"serving on 10.0.0.7:8443" in owner_client.get("/nodes/hk-1/").content
+    assert ("Edge", "serving on 10.0.0.7:8443") not in node_inventory_rows(
+        Node(name="x", inventory={"cpus": 2})
+    )
+
+
 def test_gpu_replicas_carry_their_gpu_and_report_their_footprint(node_token, owner, team, colour_version):
     gpu_inventory = {"cpus": 2, "gpus": [A10], "providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
     beat(node_token, inventory=gpu_inventory)
