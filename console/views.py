@@ -115,6 +115,9 @@ def _attention(deployment, status: str) -> dict:
     elsewhere = sorted({r.node.region for r in replicas if r.node.region != deployment.region})
     if elsewhere:
         reasons.append(f"placed in {', '.join(elsewhere).upper()}, not {deployment.region.upper()}")
+        note = (deployment.placement or {}).get("note") if isinstance(deployment.placement, dict) else None
+        if note and note not in reasons:
+            reasons.append(str(note))
     if not replicas and status == "unplaced":
         reasons.append("no node can take a replica yet")
     return {"deployment": deployment, "status": status, "reasons": [r for r in reasons if r]}

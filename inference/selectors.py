@@ -87,6 +87,7 @@ def deployments_with_state_counts(*, team: Team) -> list[Deployment]:
         counts.setdefault(deployment_id, {})[state] = n
     rank = {state: index for index, state in enumerate(_STATE_ORDER)}
     for deployment in deployments:
+        deployment.elsewhere = runs_elsewhere(deployment)  # type: ignore[attr-defined]
         found = counts.get(deployment.pk, {})
         deployment.state_counts = sorted(found.items(), key=lambda item: (rank.get(item[0], 99), item[0]))  # type: ignore[attr-defined]
     return deployments
@@ -182,9 +183,20 @@ def deployments_needing_attention(
     out = []
     for deployment in deployments_for_team(team=team) if deployments is None else deployments:
         status = deployment_status(deployment)
-        if status not in ("ready", "paused"):
-            out.append((deployment, status))
+        if status not in ("ready", "paused") or (status == "ready" and runs_elsewhere(deployment)):
+            out.append(
+                (deployment, status)
+            )  # ready outside its region: says where and why (honest placement)
     return out
+
+
+def runs_elsewhere(deployment: Deployment) -> str:
+    """The regions, other than the preferred one, where the reconciler last placed replicas ("HK"), from
+    ``Deployment.placement`` (no query); "" when every replica runs in the preferred region."""
+    placement = deployment.placement if isinstance(deployment.placement, dict) else {}
+    regions = placement.get("regions") if isinstance(placement.get("regions"), dict) else {}
+    away = sorted(r for r, n in regions.items() if r != deployment.region and isinstance(n, int) and n > 0)
+    return ", ".join(r.upper() for r in away)
 
 
 def jobs_recent(*, team: Team, limit: int = 8) -> QuerySet[Job]:

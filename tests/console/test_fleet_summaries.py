@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from inference import selectors
-from inference.models import Deployment, Replica
+from inference.models import Deployment, Node, Replica
 from inference.services.registry import UploadedModel, model_version_upload
 from tests.support import hardware
 from tests.support.tiny_models import COLOURS, colour_classifier
@@ -101,3 +101,36 @@ def test_queries_do_not_grow_with_the_replicas(owner_client, team, version, path
     with CaptureQueriesContext(connection) as large:
         assert owner_client.get(path).status_code == 200
     assert len(large) == len(small), [q["sql"][:120] for q in large.captured_queries]
+
+
+def test_a_ready_deployment_running_outside_its_region_says_so_on_the_list_and_the_dashboard(
+    owner_client, owner, team, version
+):
+    """The issue's case: created for US on an install whose only node is in HK, placed there, ready."""
+    from inference.services.deployments import DeploymentSpec, deployment_create, deployment_reconcile
+
+    hardware.node("hk-cpu-1", "hk")
+    made = deployment_create(team=team, actor=owner, spec=DeploymentSpec(name="wants-us", model_version_id=version.pk,
+                                                                         replicas=1, region="us"))  # fmt: skip
+    deployment_reconcile(made.pk)
+    Replica.objects.filter(deployment=made).update(state="ready", url="http://127.0.0.1:20001")
+    html = owner_client.get("/deployments/").content.decode()
+    region = re.search(r'<tr data-deployment="wants-us">.*?<td class="region">(.*?)</td>', html, re.S)
+    assert region is not None and region.group(1).startswith("US")
+    assert "runs in HK</span>" in region.group(
+        1
+    ) and "preferred region us has no usable node" in region.group(1)
+    assert pills(html, "wants-us") == [("ready", "ready")]
+    dashboard = owner_client.get("/").content.decode()
+    card = re.search(r'<div class="card attention" data-deployment="wants-us">(.*?)</div>', dashboard, re.S)
+    assert card is not None, "a ready deployment outside its region needs attention"
+    assert "placed in HK, not US" in card.group(1) and "no node there has joined" in card.group(1)
+    # Once it runs where it asked to, neither page flags it.
+    hardware.node("us-cpu-1", "us")
+    Deployment.objects.filter(pk=made.pk).update(placement={"regions": {"us": 1}, "preferred_region": "us"})
+    Replica.objects.filter(deployment=made).update(node=Node.objects.get(name="us-cpu-1"))
+    assert "runs in" not in owner_client.get("/deployments/").content.decode()
+    assert (
+        'data-deployment="wants-us"'
+        not in owner_client.get("/").content.decode().split('id="attention"')[1].split("<h2>")[0]
+    )
