@@ -151,8 +151,8 @@ def figures(outcomes: list[Outcome], seconds: float, prefix: str = "") -> dict[s
 
 
 class RolloutStack(Stack):
-    """A ``Stack`` with its own Redis index, no bake time (the default) and one node agent, joined with
-    an edge join token, running the hk edge."""
+    """A ``Stack`` with its own Redis index, no bake time (the rollover itself; the default bakes 60 s)
+    and one node agent, joined with an edge join token, running the hk edge."""
 
     def __init__(self, folder: Path, threads: int) -> None:
         super().__init__(folder)

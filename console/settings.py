@@ -98,7 +98,8 @@ try:
     ROLLOUT_MAX_ERROR_PERCENT = env_int("LANTAU_ROLLOUT_MAX_ERROR_PERCENT", 10, minimum=1, maximum=100)
     ROLLOUT_MIN_REQUESTS = env_int("LANTAU_ROLLOUT_MIN_REQUESTS", 20, minimum=1)
     ROLLOUT_WATCH_S = env_int("LANTAU_ROLLOUT_WATCH_S", 2, minimum=1)
-    ROLLOUT_BAKE_S = env_int("LANTAU_ROLLOUT_BAKE_S", 0, minimum=0)
+    # On by default: a version that loads but fails requests is caught while the old one still serves.
+    ROLLOUT_BAKE_S = env_int("LANTAU_ROLLOUT_BAKE_S", 60, minimum=0)
     # Autoscaling (services.autoscale): celery beat samples the runners' summaries this often and
     # decides on the samples of the last AUTOSCALE_WINDOW_S.
     AUTOSCALE_EVERY_S = env_int("LANTAU_AUTOSCALE_EVERY_S", 5, minimum=1)

@@ -75,6 +75,13 @@ def owner_client(owner):
     return c
 
 
+@pytest.fixture
+def no_bake(settings):
+    """Rollouts without the bake period (``LANTAU_ROLLOUT_BAKE_S``, 60 s by default): for tests that step
+    through the replica-by-replica mechanics pass by pass."""
+    settings.ROLLOUT_BAKE_S = 0
+
+
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory):
     """Console, worker and one HK node agent as real processes, started once for all end-to-end tests."""

@@ -106,7 +106,7 @@ def test_deployment_pages_create_and_pause(owner_client, colour_version):
 
 
 def test_version_update_rolls_over_without_dropping_ready_replicas(
-    owner_client, colour_version, node_hk_cpu, owner, team
+    no_bake, owner_client, colour_version, node_hk_cpu, owner, team
 ):
     from inference.services.registry import UploadedModel, model_version_upload
     from tests.support.tiny_models import COLOURS, colour_classifier
@@ -217,7 +217,9 @@ def test_create_and_update_refuse_another_teams_version_with_the_same_message(
     assert owner_client.get("/api/v1/deployments/colours").json()["model_version"] == "colours:1"
 
 
-def test_a_batching_change_rolls_out_one_replica_at_a_time(owner_client, colour_version, node_hk_cpu):
+def test_a_batching_change_rolls_out_one_replica_at_a_time(
+    no_bake, owner_client, colour_version, node_hk_cpu
+):
     from inference.services.nodes import desired_for
 
     d = create(owner_client, colour_version, replicas=2).json()

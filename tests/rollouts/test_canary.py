@@ -54,7 +54,9 @@ def test_a_canary_runs_extra_replicas_and_its_route_carries_the_share(owner_clie
     assert deployment_reconcile(colours.pk)["canary_placed"] == 0  # idempotent
 
 
-def test_promoting_a_canary_rolls_the_deployment_onto_its_version(owner_client, colours, new_version):
+def test_promoting_a_canary_rolls_the_deployment_onto_its_version(
+    no_bake, owner_client, colours, new_version
+):
     v2 = new_version()
     post(owner_client, "/canary", {"model_version_id": v2.pk, "percent": 20})
     deployment_reconcile(colours.pk)

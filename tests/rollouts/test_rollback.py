@@ -3,7 +3,7 @@ replicas fail or never become ready, the old replicas serving all along (rows; s
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -35,7 +35,7 @@ def rows() -> list[tuple[int, str]]:
     return sorted(Replica.objects.values_list("model_version__number", "state"))
 
 
-def test_a_version_change_is_recorded_as_a_rollout_and_ends_done(owner_client, colours, new_version):
+def test_a_version_change_is_recorded_as_a_rollout_and_ends_done(no_bake, owner_client, colours, new_version):
     v2 = new_version()
     changed = patch(owner_client, {"model_version_id": v2.pk})
     assert changed.status_code == 200
@@ -52,7 +52,7 @@ def test_a_version_change_is_recorded_as_a_rollout_and_ends_done(owner_client, c
 
 
 def test_the_rollout_is_done_in_the_pass_that_retires_the_last_old_replica(
-    owner_client, colours, new_version
+    no_bake, owner_client, colours, new_version
 ):
     """Not at the next periodic pass, 15 s later: nothing else would wake the reconciler then."""
     v2 = new_version()
@@ -65,6 +65,30 @@ def test_the_rollout_is_done_in_the_pass_that_retires_the_last_old_replica(
         report(Replica.objects.filter(model_version=v2), "ready")
     assert result["removed"] == 1 and rows() == [(2, "ready"), (2, "ready")]
     assert show(owner_client)["rollout"]["state"] == "done"
+
+
+def test_by_default_the_first_new_replica_bakes_beside_every_old_one(
+    owner_client, colours, new_version, settings
+):
+    """``LANTAU_ROLLOUT_BAKE_S`` is on by default (60 s): the error-rate watch gets a window while the
+    old version still serves all of its share."""
+    assert settings.ROLLOUT_BAKE_S == 60
+    v2 = new_version()
+    patch(owner_client, {"model_version_id": v2.pk})
+    deployment_reconcile(colours.pk)
+    report(Replica.objects.filter(model_version=v2), "ready")
+    for _ in range(2):
+        deployment_reconcile(colours.pk)
+    assert rows() == [
+        (1, "ready"),
+        (1, "ready"),
+        (2, "ready"),
+    ]  # baking: no old one retired, no second new one
+    rollout = show(owner_client)["rollout"]
+    first = datetime.fromisoformat(rollout["first_ready_at"]) - timedelta(seconds=61)
+    Deployment.objects.filter(pk=colours.pk).update(rollout={**rollout, "first_ready_at": first.isoformat()})
+    deployment_reconcile(colours.pk)  # baked: the rollover goes on
+    assert rows() == [(1, "ready"), (2, "pending"), (2, "ready")]  # one old retired, the next new one placed
 
 
 def test_a_new_replica_that_fails_rolls_back_and_the_old_ones_keep_serving(
@@ -144,7 +168,7 @@ def test_a_second_change_during_a_rollout_rolls_back_to_the_settings_that_ran(
 
 
 def test_rolling_back_by_hand_after_a_rollout_and_only_once(
-    owner_client, colours, new_version, teammate, viewer
+    no_bake, owner_client, colours, new_version, teammate, viewer
 ):
     from django.test import Client
 
