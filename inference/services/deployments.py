@@ -299,6 +299,8 @@ def _converge(deployment: Deployment, replicas: list[Replica], want: int) -> dic
     _adopt_unversioned(alive, deployment, digest)
     outdated = [r for r in alive if r.spec != digest]
     moving = outdated + [r for r in alive if r.spec == digest and r.node.mode == NodeMode.DRAINING]
+    if not outdated:  # not during a rollout: replicas that failed over go home once home can take them
+        moving += _coming_home(deployment, [r for r in alive if r not in moving], want)
     # Keep ready replicas first, then those in the preferred region; extras beyond `want` go.
     stay = sorted((r for r in alive if r not in moving),
                   key=lambda r: (r.state != ReplicaState.READY, r.node.region != deployment.region, r.pk))  # fmt: skip
@@ -320,6 +322,38 @@ def _converge(deployment: Deployment, replicas: list[Replica], want: int) -> dic
         "removed": len(dead + extra + retire),
         "outdated_serving": len(moving) - len(retire),
     }
+
+
+def _coming_home(deployment: Deployment, current: list[Replica], want: int) -> list[Replica]:
+    """Replicas running outside the preferred region (they failed over, or it had no room) that should
+    move back now that it can take them: each is replaced like one on a draining node (a new replica
+    placed at home first, the one away retired once enough are ready), so none stops serving early.
+
+    The number is stable from pass to pass: with ``home`` replicas in the region already and room for
+    ``room`` more, ``min(want, home + room)`` should run at home, so that many minus those already there
+    leave; the ones replacing them count as home on the next pass, and nothing flips back."""
+    away = [r for r in current if r.node.region != deployment.region]
+    if want <= 0 or not away:
+        return []
+    home = len(current) - len(away)
+    room = _room_at_home(deployment, want - home) if home < want else 0
+    leaving = len(away) - (want - min(want, home + room))
+    away.sort(key=lambda r: (r.state == ReplicaState.READY, -r.pk))  # not ready ones first, then the newest
+    return away[: max(0, min(len(away), leaving))]
+
+
+def _room_at_home(deployment: Deployment, limit: int) -> int:
+    """How many more replicas (at most ``limit``) the nodes of the preferred region can take now."""
+    ask = ask_for(deployment)
+    cands = [c for c in candidates(deployment) if c.node.region == deployment.region]
+    room = 0
+    while room < limit:
+        verdict = scheduler.place(ask, cands)
+        if verdict.choice is None:
+            break
+        scheduler.take(ask, verdict.choice)
+        room += 1
+    return room
 
 
 def _converge_canary(deployment: Deployment, replicas: list[Replica], count: int) -> int:

@@ -221,12 +221,16 @@ def test_killed_hk_agents_fail_over_to_the_other_hk_node_then_to_us(fleet) -> No
         assert node_status(api, "hk-b") == "offline"
         assert deployment(api)["replicas"] == 2
 
-        # Both hk agents come back (hk-b with the credential its join stored): reconciled, no duplicate.
+        # Both hk agents come back (hk-b with the credential its join stored): reconciled, no duplicate,
+        # and the replicas move home (a new one ready in hk before each in us retires).
         stack.restart_node("hk-a")
         stack.restart_node("hk-b")
         wait_for(lambda: node_status(api, "hk-a") == node_status(api, "hk-b") == "online", "hk back", api)
-        wait_for(lambda: sum(ready_on(api).values()) == 2 and runners_match_placement(stack, api),
-                 "two ready replicas, one runner each", api)  # fmt: skip
+        back = time.monotonic()
+        wait_for(lambda: ready_on(api) == {"hk-a": 1, "hk-b": 1} and len(deployment(api)["replica_set"]) == 2
+                 and runners_match_placement(stack, api), "both replicas home, one runner each", api,
+                 timeout=120)  # fmt: skip
         settled = time.monotonic()
         wait_for(lambda: load.since(settled).count(200) >= 5, "serving after the hk nodes came back", api)
-        assert len(deployment(api)["replica_set"]) == 2
+        assert deployment(api)["placement"]["in_preferred_region"]
+        assert not load.failures_since(back, settled), load.failures_since(back, settled)

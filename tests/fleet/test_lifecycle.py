@@ -77,3 +77,61 @@ def test_removing_a_node_forgets_it_and_replaces_its_replicas(
     placement = owner_client.get("/api/v1/deployments/colours").json()["placement"]
     assert placement["regions"] == {"us": 1} and placement["in_preferred_region"] is False
     assert placement["note"] == "preferred region hk has no usable node (no node there has joined): 1 in us"
+
+
+def where() -> list[tuple[str, str]]:
+    return sorted(Replica.objects.values_list("node__name", "state"))
+
+
+def ready_all() -> None:
+    Replica.objects.update(state="ready", url="http://127.0.0.1:20001")
+
+
+def failed_over(owner_client, colour_version, node_us_cpu, *, hk_room: int | None = 8, replicas: int = 2):
+    """Deployment ``colours`` for hk, placed in us while hk had no usable node, ready there; then hk
+    comes back (``hk_room`` replicas of room; None: no hk node at all)."""
+    d = create(owner_client, colour_version, replicas=replicas, region="hk")
+    deployment_reconcile(d)
+    ready_all()
+    assert where() == [("us-cpu-1", "ready")] * replicas
+    if hk_room is not None:
+        hardware.node("hk-cpu-1", "hk", max_replicas=hk_room)
+    return d
+
+
+def test_replicas_that_failed_over_go_home_when_the_region_is_back_and_none_stops_early(
+    owner_client, colour_version, node_us_cpu
+):
+    d = failed_over(owner_client, colour_version, node_us_cpu)
+    assert (
+        "preferred region hk has no usable node"
+        in owner_client.get("/api/v1/deployments/colours").json()["placement"]["note"]
+    )
+    deployment_reconcile(d)  # replacements at home first; the ones away keep serving
+    assert where() == [("hk-cpu-1", "pending")] * 2 + [("us-cpu-1", "ready")] * 2
+    deployment_reconcile(d)  # the same answer on the next pass: nothing placed or removed twice
+    assert where() == [("hk-cpu-1", "pending")] * 2 + [("us-cpu-1", "ready")] * 2
+    Replica.objects.filter(node__name="hk-cpu-1").update(state="ready", url="http://127.0.0.1:20002")
+    result = deployment_reconcile(d)
+    assert result["removed"] == 2 and where() == [("hk-cpu-1", "ready")] * 2
+    placement = owner_client.get("/api/v1/deployments/colours").json()["placement"]
+    assert placement["in_preferred_region"] and placement["note"] == ""
+
+
+def test_only_as_many_go_home_as_home_can_take(owner_client, colour_version, node_us_cpu):
+    d = failed_over(owner_client, colour_version, node_us_cpu, hk_room=1)
+    for _ in range(2):
+        deployment_reconcile(d)
+        assert where() == [("hk-cpu-1", "pending"), ("us-cpu-1", "ready"), ("us-cpu-1", "ready")]
+    Replica.objects.filter(node__name="hk-cpu-1").update(state="ready", url="http://127.0.0.1:20002")
+    for _ in range(2):  # one away retired; the other stays away, and stays put
+        deployment_reconcile(d)
+        assert where() == [("hk-cpu-1", "ready"), ("us-cpu-1", "ready")]
+
+
+def test_nothing_moves_while_home_has_no_usable_node(owner_client, colour_version, node_us_cpu):
+    d = failed_over(owner_client, colour_version, node_us_cpu, hk_room=None)
+    hardware.node("hk-cpu-down", "hk", status="offline")
+    for _ in range(2):
+        deployment_reconcile(d)
+        assert where() == [("us-cpu-1", "ready")] * 2
