@@ -16,6 +16,7 @@ from inference.models import Device, Region, Task
 from inference.node_views import labels_text, parse_labels
 from inference.reports import benchmark_table, chart_points, public_result, version_rows
 from inference.services.autoscale import deployment_autoscaling_set
+from inference.services.canary import canary_figures
 from inference.services.deployments import (
     DeploymentSpec,
     deployment_create,
@@ -244,8 +245,18 @@ def deployment_detail(request, membership, name: str):
         "versions": selectors.versions_for_team(team=membership.team).filter(
             model=deployment.model_version.model
         ),
+        "canary": _canary_rows(deployment),
     }
     return render(request, "inference/deployment_detail.html", context)
+
+
+def _canary_rows(deployment) -> list[dict] | None:
+    """Both versions of a canary side by side (``canary_figures``), as the page's table shows them."""
+    figures = canary_figures(deployment)
+    if figures is None:
+        return None
+    versions = {"stable": str(deployment.model_version), "canary": figures["version"]}
+    return [{"side": side, "version": versions[side], **figures[side]} for side in ("stable", "canary")]
 
 
 def _deployment_change(request, membership, deployment, action: str | None) -> None:

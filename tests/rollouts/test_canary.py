@@ -168,3 +168,44 @@ def test_route_entries_carry_the_canary_marks_and_none_without_a_canary() -> Non
     plain = RouteEntry("other", 1, "image-classification", "other:1", False, 0, replicas[:1])
     opened = route_open(route_sign(signer, "p", plain, key), signer.public_key(), "p", "other", key)
     assert opened is not None and opened.canary_percent == 0 and opened.replicas[0].canary is False
+
+
+def test_the_deployment_page_shows_both_versions_figures_side_by_side(owner_client, colours, new_version):
+    import json as jsonlib
+
+    import redis
+    from django.conf import settings
+
+    from contract.redis_keys import RedisKeys
+
+    v2 = new_version()
+    post(owner_client, "/canary", {"model_version_id": v2.pk, "percent": 10})
+    deployment_reconcile(colours.pk)
+    report(Replica.objects.all(), "ready")
+    names, client = RedisKeys(settings.REDIS_PREFIX), redis.Redis.from_url(settings.REDIS_URL)
+    summaries = {}
+    for replica in Replica.objects.all():  # the runners' last per-second summaries
+        canary = replica.model_version_id == v2.pk
+        summaries[names.metrics_last("colours", str(replica.pk))] = jsonlib.dumps({
+            "requests": 10, "errors": 5 if canary else 0, "requests_per_s": 10.0,
+            "latency_ms": {"p50": 30.0 if canary else 12.0, "p95": 80.0 if canary else 20.0}})  # fmt: skip
+    client.mset(summaries)
+    try:
+        page = owner_client.get("/deployments/colours/").content.decode()
+    finally:
+        client.delete(*summaries)
+    assert "Canary: 10% of requests to colours:2" in page and "console/canary.js" in page
+    import re
+
+    def row(side: str) -> list[str]:
+        found = re.search(rf'<tr data-side="{side}">(.*?)</tr>', page, re.S)
+        assert found is not None, side
+        return [
+            re.sub(r"\s+", " ", cell).strip()
+            for cell in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", found.group(1), re.S)
+        ]
+
+    assert row("stable") == ["stable", "colours:1", "2 / 2", "20.0", "0%", "12.0", "20.0"]
+    assert row("canary") == ["canary", "colours:2", "1 / 1", "10.0", "50%", "30.0", "80.0"]
+    owner_client.post("/api/v1/deployments/colours/canary/abort")
+    assert 'id="canary-figures"' not in owner_client.get("/deployments/colours/").content.decode()
