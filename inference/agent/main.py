@@ -295,21 +295,20 @@ def _port(text: str) -> int:
 
 
 def _secret(file: str | None, env: str, flag_value: str | None, what: str, flag: str) -> str | None:
-    """A secret from its file, else its environment variable, else the deprecated command-line flag."""
+    """A secret from its file, else its environment variable; never from the command line, where `ps`
+    shows it to every local user (the old flag is refused with where to put it instead)."""
+    if flag_value:
+        raise SecretError(f"{flag} is refused: a {what} on the command line is visible to every local user "
+                          f"(ps); put it in a 0600 file named by {flag}-file or in the {env} environment variable")  # fmt: skip
     if file:
         return read_secret_file(file, what)
     if os.environ.get(env):
         return os.environ[env]
-    if flag_value:
-        log.warning("%s on the command line is deprecated: `ps` shows it to every local user; "
-                    "use %s-file or the %s environment variable", flag, flag, env)  # fmt: skip
-        return flag_value
     return None
 
 
 def resolve_secrets(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill ``node_token`` (or ``join_token``) and ``redis`` from files, the environment or (deprecated)
-    flags. The node token comes from --token-file, else LANTAU_NODE_TOKEN, else the credential a join
+    """Fill ``node_token`` (or ``join_token``) and ``redis`` from files or the environment. The node token comes from --token-file, else LANTAU_NODE_TOKEN, else the credential a join
     stored in the data dir; with none of these a join token (--join-token-file or LANTAU_JOIN_TOKEN)
     is exchanged for one at start."""
     args.node_token = _secret(args.token_file, TOKEN_ENV, args.token, "node token", "--token")
@@ -333,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lantau-node", description="Lantau node agent")
     parser.add_argument("--console", required=True, help="console URL, e.g. http://127.0.0.1:8000")
     parser.add_argument("--token-file", help=f"file (mode 0600) holding the node token; else env {TOKEN_ENV}")
-    parser.add_argument("--token", help=argparse.SUPPRESS)  # deprecated: visible in `ps`
+    parser.add_argument("--token", help=argparse.SUPPRESS)  # refused with a message: visible in `ps`
     parser.add_argument(
         "--join-token-file",
         help=f"file (mode 0600) holding a single-use join token, exchanged at the first start for the "
@@ -360,7 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"file (mode 0600) holding the Redis URL runners use for API keys, rate limits, usage and "
         f"live metrics; else env {REDIS_ENV}; without either, runners accept only the gateway",
     )
-    parser.add_argument("--redis-url", help=argparse.SUPPRESS)  # deprecated: its password shows in `ps`
+    parser.add_argument(
+        "--redis-url", help=argparse.SUPPRESS
+    )  # refused with a message: its password shows in `ps`
     parser.add_argument(
         "--edge-port", type=_port, default=None,
         help="also run this region's edge (python -m inference.edge) on this port (0: a free one); only "

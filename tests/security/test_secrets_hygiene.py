@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import importlib.util
-import logging
 import os
 import time
 from pathlib import Path
@@ -79,7 +78,9 @@ def test_a_runner_started_by_the_agent_inherits_no_console_secret(monkeypatch, c
         runners.stop_all()
 
 
-def test_the_agent_reads_its_token_from_a_0600_file_or_the_environment(tmp_path, monkeypatch, caplog) -> None:
+def test_the_agent_reads_its_token_from_a_0600_file_or_the_environment(
+    tmp_path, monkeypatch, caplog, capsys
+) -> None:
     monkeypatch.delenv("LANTAU_NODE_TOKEN", raising=False)
     monkeypatch.delenv("LANTAU_REDIS_URL", raising=False)
     base = ["--console", "http://c", "--region", "hk", "--advertise-host", "10.8.0.12"]
@@ -104,9 +105,15 @@ def test_the_agent_reads_its_token_from_a_0600_file_or_the_environment(tmp_path,
     with pytest.raises(SystemExit):
         parse_args(base)  # no token anywhere
 
-    with caplog.at_level(logging.WARNING, logger="lantau.agent"):
-        assert parse_args([*base, "--token", "ltn_old-style"]).node_token == "ltn_old-style"
-    assert "deprecated" in caplog.text and "ltn_old-style" not in caplog.text
+    for flag, value in (
+        ("--token", "ltn_old-style"),
+        ("--redis-url", f"redis://:{REDIS_PASSWORD}@10.8.0.1/0"),
+    ):
+        monkeypatch.setenv("LANTAU_NODE_TOKEN", "ltn_from-env")  # even beside a good secret: refused, named
+        with pytest.raises(SystemExit):
+            parse_args([*base, flag, value])
+        said = capsys.readouterr().err
+        assert f"{flag} is refused" in said and f"{flag}-file" in said and value not in said + caplog.text
 
 
 def _quickstart():
