@@ -363,12 +363,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--redis-url", help=argparse.SUPPRESS
     )  # refused with a message: its password shows in `ps`
     parser.add_argument(
-        "--edge-port", type=_port, default=None,
+        "--edge-port", type=_port, default=os.environ.get("LANTAU_EDGE_PORT") or None,
         help="also run this region's edge (python -m inference.edge) on this port (0: a free one); only "
-        "for a node that joined with an edge join token; its secrets come from the console",
+        "for a node that joined with an edge join token; its secrets come from the console; else env "
+        "LANTAU_EDGE_PORT",
     )  # fmt: skip
     parser.add_argument(
-        "--edge-host", default="0.0.0.0", help="address the edge listens on (with --edge-port)"
+        "--edge-host",
+        default=os.environ.get("LANTAU_EDGE_HOST") or "0.0.0.0",
+        help="address the edge listens on (with --edge-port); else env LANTAU_EDGE_HOST",
     )
     policy = supervisor.Policy()
     parser.add_argument(

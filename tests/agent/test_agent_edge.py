@@ -110,3 +110,21 @@ def test_a_node_the_console_refuses_runs_no_edge_and_stops_the_one_left(data_dir
         refused.tick()
     assert refused.state()["pid"] is None and "may not run an edge" in refused.state()["error"]
     assert not process_alive(pid) and edge_pids(data_dir) == []
+
+
+def test_the_edge_port_and_host_may_come_from_the_environment(monkeypatch, tmp_path: Path) -> None:
+    """For docker/compose.node.yaml: an edge node is configured in node.env, like its secrets."""
+    from inference.agent.main import parse_args
+
+    monkeypatch.setenv("LANTAU_NODE_TOKEN", "ltn_env")
+    base = ["--console", "http://127.0.0.1:1", "--region", "hk", "--data-dir", str(tmp_path)]
+    monkeypatch.delenv("LANTAU_EDGE_PORT", raising=False)
+    monkeypatch.delenv("LANTAU_EDGE_HOST", raising=False)
+    assert (parse_args(base).edge_port, parse_args(base).edge_host) == (None, "0.0.0.0")  # no edge
+    monkeypatch.setenv("LANTAU_EDGE_PORT", "8080")
+    monkeypatch.setenv("LANTAU_EDGE_HOST", "127.0.0.1")
+    assert (parse_args(base).edge_port, parse_args(base).edge_host) == (8080, "127.0.0.1")
+    assert parse_args([*base, "--edge-port", "0"]).edge_port == 0  # the flag wins
+    monkeypatch.setenv("LANTAU_EDGE_PORT", "99999")
+    with pytest.raises(SystemExit):
+        parse_args(base)  # checked like the flag
