@@ -47,3 +47,44 @@ def test_the_cache_evicts_least_recently_used_versions_no_replica_runs(tmp_path)
     assert artifacts.evict(cache, 0, versions_in_use={2}, replicas_alive={2}) == [1]
     assert artifacts.cache_bytes(cache) == 2000 and (cache / "replicas" / "r2" / "model.onnx").exists()
     assert artifacts.evict(cache, 0, versions_in_use={2}, replicas_alive={2}) == []
+
+
+def test_a_download_that_does_not_match_its_sha256_is_refused_and_leaves_nothing(tmp_path) -> None:
+    """A real HTTP server (127.0.0.1) answers the artifact URL: first with tampered bytes, then right."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import pytest
+
+    good = os.urandom(4096)
+    sha = hashlib.sha256(good).hexdigest()
+    served = {"body": good[:-1] + bytes([good[-1] ^ 1])}  # one bit flipped on the way
+
+    class Artifact(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = served["body"]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Artifact)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    cache = tmp_path / "cache"
+    spec = {"id": 5, "version_id": 5, "manifest": image_manifest(),
+            "artifacts": [{"filename": "model.onnx", "sha256": sha, "url": f"/api/v1/nodes/artifacts/{sha}"}]}  # fmt: skip
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.server_address[1]}") as client:
+            with pytest.raises(artifacts.ArtifactError, match="sha256 mismatch"):
+                artifacts.prepare(client, cache, spec)
+            assert sorted(p.name for p in (cache / "v5").iterdir()) == []  # no file, no marker, no .part-
+            served["body"] = good
+            replica_dir = artifacts.prepare(client, cache, spec)
+        assert (replica_dir / "model.onnx").read_bytes() == good
+        assert (cache / "v5" / ".model.onnx.sha256").read_text() == sha
+    finally:
+        server.shutdown()
+        server.server_close()
