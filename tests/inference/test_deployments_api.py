@@ -246,6 +246,45 @@ def test_a_batching_change_rolls_out_one_replica_at_a_time(
     assert batching == {16}
 
 
+def test_a_device_change_rolls_out_one_replica_at_a_time_onto_a_gpu(
+    no_bake, owner_client, colour_version, node_hk_cpu, node_hk_a10_24g
+):
+    """cpu -> cuda on a running deployment: new replicas go where a GPU is (pinned to one), one at a
+    time, each old CPU replica serving until a new one is ready; the agents are told the new device."""
+    from inference.services.nodes import desired_for
+
+    d = create(owner_client, colour_version, replicas=2).json()
+    node_hk_a10_24g.mode = "cordoned"  # the first placement: CPU only
+    node_hk_a10_24g.save()
+    deployment_reconcile(d["id"])
+    node_hk_a10_24g.mode = "active"
+    node_hk_a10_24g.save()
+    Replica.objects.update(state="ready", url="http://127.0.0.1:1")
+    old = set(Replica.objects.values_list("pk", flat=True))
+    r = owner_client.patch("/api/v1/deployments/colours", {"device": "cuda"}, content_type="application/json")
+    assert (
+        r.status_code == 200
+        and r.json()["device"] == "cuda"
+        and r.json()["rollout"]["state"] == "in_progress"
+    )
+    steps = []
+    for _ in range(3):
+        deployment_reconcile(d["id"])
+        rows = Replica.objects.values_list("pk", "state", "node__name", "gpu_index")
+        steps.append(
+            sorted(("old" if pk in old else "new", state, node, gpu) for pk, state, node, gpu in rows)
+        )
+        Replica.objects.exclude(pk__in=old).update(state="ready")
+    gpu = node_hk_a10_24g.name
+    assert steps == [
+        [("new", "pending", gpu, 0), ("old", "ready", "hk-cpu-1", None), ("old", "ready", "hk-cpu-1", None)],
+        [("new", "pending", gpu, 0), ("new", "ready", gpu, 0), ("old", "ready", "hk-cpu-1", None)],
+        [("new", "ready", gpu, 0), ("new", "ready", gpu, 0)],
+    ]
+    assert {spec["device"] for spec in desired_for(node_hk_a10_24g)} == {"cuda"}
+    assert owner_client.get("/api/v1/deployments/colours").json()["rollout"]["state"] == "done"
+
+
 @pytest.mark.parametrize(
     "body, message",
     [
