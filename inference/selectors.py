@@ -194,7 +194,9 @@ def runs_elsewhere(deployment: Deployment) -> str:
     """The regions, other than the preferred one, where the reconciler last placed replicas ("HK"), from
     ``Deployment.placement`` (no query); "" when every replica runs in the preferred region."""
     placement = deployment.placement if isinstance(deployment.placement, dict) else {}
-    regions = placement.get("regions") if isinstance(placement.get("regions"), dict) else {}
+    regions = placement.get("regions")
+    if not isinstance(regions, dict):
+        return ""
     away = sorted(r for r, n in regions.items() if r != deployment.region and isinstance(n, int) and n > 0)
     return ", ".join(r.upper() for r in away)
 
