@@ -120,7 +120,8 @@ def _attention(deployment, status: str) -> dict:
             reasons.append(str(note))
     if not replicas and status == "unplaced":
         reasons.append("no node can take a replica yet")
-    return {"deployment": deployment, "status": status, "reasons": [r for r in reasons if r]}
+    return {"deployment": deployment, "status": status, "reasons": [r for r in reasons if r],
+            "elsewhere": ", ".join(elsewhere).upper()}  # fmt: skip
 
 
 def placement_reasons(placement) -> list[str]:

@@ -43,7 +43,8 @@
     if (!card) return;  // a deployment that turns bad shows up on the next reload with its reasons
     const old = card.querySelector(".pill");
     old.replaceWith(pill(msg.status));
-    card.classList.toggle("resolved", msg.status === "ready" || msg.status === "paused");
+    // Ready but running outside its region still needs attention (the reasons say where and why).
+    card.classList.toggle("resolved", (msg.status === "ready" && !card.dataset.elsewhere) || msg.status === "paused");
   }
 
   function onJob(msg) {

@@ -80,7 +80,7 @@ def test_the_dashboard_says_why_and_where_with_counted_replicas(owner_client, te
     us = hardware.node("us-cpu-1", "us")
     with_replicas(team, version, "astray", ["ready", "failed"], [us], region="hk")
     html = owner_client.get("/").content.decode()
-    card = re.search(r'<div class="card attention" data-deployment="astray">(.*?)</div>', html, re.S)
+    card = re.search(r'<div class="card attention" data-deployment="astray" data-elsewhere="US">(.*?)</div>', html, re.S)
     assert card is not None
     assert "oom at load" in card.group(1) and "placed in US, not HK" in card.group(1)
     assert "degraded" in card.group(1)
@@ -122,7 +122,11 @@ def test_a_ready_deployment_running_outside_its_region_says_so_on_the_list_and_t
     ) and "preferred region us has no usable node" in region.group(1)
     assert pills(html, "wants-us") == [("ready", "ready")]
     dashboard = owner_client.get("/").content.decode()
-    card = re.search(r'<div class="card attention" data-deployment="wants-us">(.*?)</div>', dashboard, re.S)
+    card = re.search(
+        r'<div class="card attention" data-deployment="wants-us" data-elsewhere="HK">(.*?)</div>',
+        dashboard,
+        re.S,
+    )
     assert card is not None, "a ready deployment outside its region needs attention"
     assert "placed in HK, not US" in card.group(1) and "no node there has joined" in card.group(1)
     # Once it runs where it asked to, neither page flags it.
