@@ -80,7 +80,9 @@ def test_the_dashboard_says_why_and_where_with_counted_replicas(owner_client, te
     us = hardware.node("us-cpu-1", "us")
     with_replicas(team, version, "astray", ["ready", "failed"], [us], region="hk")
     html = owner_client.get("/").content.decode()
-    card = re.search(r'<div class="card attention" data-deployment="astray" data-elsewhere="US">(.*?)</div>', html, re.S)
+    card = re.search(
+        r'<div class="card attention" data-deployment="astray" data-elsewhere="US">(.*?)</div>', html, re.S
+    )
     assert card is not None
     assert "oom at load" in card.group(1) and "placed in US, not HK" in card.group(1)
     assert "degraded" in card.group(1)
@@ -138,3 +140,16 @@ def test_a_ready_deployment_running_outside_its_region_says_so_on_the_list_and_t
         'data-deployment="wants-us"'
         not in owner_client.get("/").content.decode().split('id="attention"')[1].split("<h2>")[0]
     )
+
+
+@pytest.mark.parametrize("path", ["/", "/nodes/"])
+def test_node_links_are_the_node_pages(owner_client, path):
+    from django.urls import reverse
+
+    for name in ("hk-cpu-1", "us-gpu-2"):
+        hardware.node(name, name[:2])
+    html = owner_client.get(path).content.decode()
+    for name in ("hk-cpu-1", "us-gpu-2"):
+        href = reverse("inference:node-detail", args=[name])
+        assert f'<a href="{href}">{name}</a>' in html
+        assert owner_client.get(href).status_code == 200
