@@ -183,10 +183,9 @@ def deployments_needing_attention(
     out = []
     for deployment in deployments_for_team(team=team) if deployments is None else deployments:
         status = deployment_status(deployment)
+        # Ready but outside its region needs attention too: the card says where and why (honest placement).
         if status not in ("ready", "paused") or (status == "ready" and runs_elsewhere(deployment)):
-            out.append(
-                (deployment, status)
-            )  # ready outside its region: says where and why (honest placement)
+            out.append((deployment, status))
     return out
 
 

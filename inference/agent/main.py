@@ -308,9 +308,10 @@ def _secret(file: str | None, env: str, flag_value: str | None, what: str, flag:
 
 
 def resolve_secrets(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill ``node_token`` (or ``join_token``) and ``redis`` from files or the environment. The node token comes from --token-file, else LANTAU_NODE_TOKEN, else the credential a join
-    stored in the data dir; with none of these a join token (--join-token-file or LANTAU_JOIN_TOKEN)
-    is exchanged for one at start."""
+    """Fill ``node_token`` (or ``join_token``) and ``redis`` from files or the environment. The node
+    token comes from --token-file, else LANTAU_NODE_TOKEN, else the credential a join stored in the
+    data dir; with none of these a join token (--join-token-file or LANTAU_JOIN_TOKEN) is exchanged
+    for one at start."""
     args.node_token = _secret(args.token_file, TOKEN_ENV, args.token, "node token", "--token")
     stored = Path(args.data_dir) / NODE_TOKEN_FILE
     if args.node_token is None and stored.exists():
@@ -359,9 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"file (mode 0600) holding the Redis URL runners use for API keys, rate limits, usage and "
         f"live metrics; else env {REDIS_ENV}; without either, runners accept only the gateway",
     )
-    parser.add_argument(
-        "--redis-url", help=argparse.SUPPRESS
-    )  # refused with a message: its password shows in `ps`
+    # Refused with a message: its password would show in `ps`.
+    parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument(
         "--edge-port", type=_port, default=os.environ.get("LANTAU_EDGE_PORT") or None,
         help="also run this region's edge (python -m inference.edge) on this port (0: a free one); only "
