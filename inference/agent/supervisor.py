@@ -465,6 +465,19 @@ class Supervisor:
             if replica.ready_since is not None and now - replica.ready_since > self.policy.stable_s:
                 replica.attempts = min(replica.attempts, 1)  # forgive old crashes
             return
+        if outcome == "timeout" and replica.ready:
+            # Slow, not gone (a host busy loading other models answers late): it keeps its traffic
+            # until ``hang_probes`` probes in a row time out, then it is killed and replaced. Taking a
+            # deployment's only ready replica out of its route at the first late answer turned a busy
+            # second into a "no ready replica" outage.
+            replica.misses += 1
+            if replica.misses >= self.policy.hang_probes:
+                replica.ready = False
+                self._kill_and_retry(
+                    replica,
+                    f"runner stopped answering /readyz ({replica.misses} probes in a row failed: timeout)",
+                )
+            return
         replica.ready = False
         # A loading runner answers 503 at once and one not listening yet refuses; a timeout means it
         # holds its port but does not answer, and after it was ready any failed probe counts.

@@ -92,6 +92,27 @@ def test_a_hung_runner_is_detected_killed_and_replaced(model_dir, data_dir) -> N
         runners.stop_all()
 
 
+def test_a_ready_runner_that_answers_one_probe_late_keeps_its_traffic(model_dir, data_dir) -> None:
+    """Slow is not hung: fewer than ``hang_probes`` late answers leave it ready (in its route) and running."""
+    runners = supervisor.Supervisor(data_dir, threads=1, policy=FAST, echo=False)
+    try:
+        replica = runners.ensure(desired(), model_dir)
+        until(runners, is_ready(runners))
+        assert replica.record is not None
+        pid = replica.record.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            until(runners, lambda: replica.misses >= 1, timeout=10)  # one probe timed out
+            assert report(runners)["state"] == ReplicaState.READY
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        until(runners, lambda: replica.misses == 0, timeout=10)
+        assert replica.record is not None and replica.record.pid == pid and replica.attempts == 1
+        assert report(runners)["state"] == ReplicaState.READY
+    finally:
+        runners.stop_all()
+
+
 def test_a_crashing_runner_is_restarted_then_reported_failed_and_a_bad_device_fails_at_once(
     model_dir, data_dir
 ) -> None:
