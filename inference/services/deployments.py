@@ -331,13 +331,19 @@ def _coming_home(deployment: Deployment, current: list[Replica], want: int) -> l
 
     The number is stable from pass to pass: with ``home`` replicas in the region already and room for
     ``room`` more, ``min(want, home + room)`` should run at home, so that many minus those already there
-    leave; the ones replacing them count as home on the next pass, and nothing flips back."""
+    leave; the ones replacing them count as home on the next pass, and nothing flips back. Gently: only
+    while every replica away is ready (a deployment still recovering from the failover is left alone),
+    and one new replica starting at home at a time (each loads its model on a host that may be serving).
+    """
     away = [r for r in current if r.node.region != deployment.region]
-    if want <= 0 or not away:
+    if want <= 0 or not away or any(r.state != ReplicaState.READY for r in away):
         return []
     home = len(current) - len(away)
+    home_ready = sum(
+        1 for r in current if r.node.region == deployment.region and r.state == ReplicaState.READY
+    )
     room = _room_at_home(deployment, want - home) if home < want else 0
-    leaving = len(away) - (want - min(want, home + room))
+    leaving = min(len(away) - (want - min(want, home + room)), home_ready + 1)
     away.sort(key=lambda r: (r.state == ReplicaState.READY, -r.pk))  # not ready ones first, then the newest
     return away[: max(0, min(len(away), leaving))]
 

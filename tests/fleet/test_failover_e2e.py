@@ -7,7 +7,9 @@ one in us, all real processes with real runners, while a load loop sends request
 * SIGKILL an hk agent with its runners: requests keep succeeding on the other hk replica, the node
   turns not ready within the configured window and a replacement starts on the other hk node.
 * SIGKILL the other hk agent (+ runners): traffic fails over to us.
-* Restart the hk agents: they are reconciled, with exactly one runner process per replica placed on them.
+* Restart the hk agents: they are reconciled, with exactly one runner process per replica placed on them,
+  and the replicas move home to hk with no failed request.
+* Drain an hk node under load: its replica moves to the other hk node first, with no failed request.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class LoadLoop:
     key: str
     outcomes: list[tuple[float, int]] = field(default_factory=list)  # (monotonic time, status; 0 = no answer)
     stop: threading.Event = field(default_factory=threading.Event)
+    errors: list[tuple[float, str]] = field(default_factory=list)  # failed answers' bodies, for messages
 
     def run(self) -> None:
         body = image_bytes((250, 10, 10))
@@ -49,10 +52,19 @@ class LoadLoop:
                                          headers={"Content-Type": "image/jpeg"}, timeout=10)  # fmt: skip
                     ok = answer.status_code == 200 and answer.json()["predictions"][0]["label"] == "red"
                     status = answer.status_code if ok or answer.status_code != 200 else 299
-                except httpx.HTTPError:
+                    if not ok:
+                        served = answer.headers.get("x-lantau-served-by")
+                        self.errors.append(
+                            (time.monotonic(), f"{answer.status_code} {served} {answer.text[:200]}")
+                        )
+                except httpx.HTTPError as exc:
                     status = 0
+                    self.errors.append((time.monotonic(), f"no answer: {exc}"))
                 self.outcomes.append((time.monotonic(), status))
                 time.sleep(0.02)
+
+    def errors_since(self, start: float) -> list[str]:
+        return [text for at, text in list(self.errors) if at >= start][:5]
 
     def since(self, start: float) -> list[int]:
         return [status for at, status in list(self.outcomes) if at >= start]
@@ -233,4 +245,23 @@ def test_killed_hk_agents_fail_over_to_the_other_hk_node_then_to_us(fleet) -> No
         settled = time.monotonic()
         wait_for(lambda: load.since(settled).count(200) >= 5, "serving after the hk nodes came back", api)
         assert deployment(api)["placement"]["in_preferred_region"]
-        assert not load.failures_since(back, settled), load.failures_since(back, settled)
+        assert not load.failures_since(back, settled), load.errors_since(back)
+
+
+def test_draining_an_hk_node_under_load_moves_its_replica_with_no_failed_request(fleet) -> None:
+    stack, load = fleet["stack"], fleet["load"]
+    with stack.client(fleet["keys"]["manage"]) as api:
+        wait_for(
+            lambda: ready_on(api) == {"hk-a": 1, "hk-b": 1}, "one replica on each hk node", api, timeout=120
+        )
+        began = time.monotonic()
+        drained = api.post("/api/v1/nodes/hk-a/drain")
+        assert drained.status_code == 200 and drained.json()["mode"] == "draining", drained.text
+        # The replacement starts elsewhere (hk-b: same region, hk-a takes no new replica) and is ready
+        # before hk-a's replica retires; its runner stops with it.
+        wait_for(lambda: ready_on(api) == {"hk-b": 2} and len(deployment(api)["replica_set"]) == 2
+                 and runners_match_placement(stack, api), "hk-a drained onto hk-b", api)  # fmt: skip
+        moved = time.monotonic()
+        wait_for(lambda: load.since(moved).count(200) >= 5, "serving after the drain", api)
+        assert len(load.since(began)) > 10 and not load.failures_since(began), load.errors_since(began)
+        assert runner_pids(stack.node_dir("hk-a")) == []

@@ -107,15 +107,31 @@ def test_replicas_that_failed_over_go_home_when_the_region_is_back_and_none_stop
         "preferred region hk has no usable node"
         in owner_client.get("/api/v1/deployments/colours").json()["placement"]["note"]
     )
-    deployment_reconcile(d)  # replacements at home first; the ones away keep serving
-    assert where() == [("hk-cpu-1", "pending")] * 2 + [("us-cpu-1", "ready")] * 2
-    deployment_reconcile(d)  # the same answer on the next pass: nothing placed or removed twice
-    assert where() == [("hk-cpu-1", "pending")] * 2 + [("us-cpu-1", "ready")] * 2
-    Replica.objects.filter(node__name="hk-cpu-1").update(state="ready", url="http://127.0.0.1:20002")
-    result = deployment_reconcile(d)
-    assert result["removed"] == 2 and where() == [("hk-cpu-1", "ready")] * 2
+    steps = []
+    for _ in range(5):  # one replacement at home at a time; each one away serves until it is ready
+        deployment_reconcile(d)
+        deployment_reconcile(d)  # the same answer on a second pass: nothing placed or removed twice
+        steps.append(where())
+        Replica.objects.filter(node__name="hk-cpu-1").update(state="ready", url="http://127.0.0.1:20002")
+    assert steps == [
+        [("hk-cpu-1", "pending"), ("us-cpu-1", "ready"), ("us-cpu-1", "ready")],
+        [("hk-cpu-1", "pending"), ("hk-cpu-1", "ready"), ("us-cpu-1", "ready")],
+        [("hk-cpu-1", "ready"), ("hk-cpu-1", "ready")],
+        [("hk-cpu-1", "ready"), ("hk-cpu-1", "ready")],
+        [("hk-cpu-1", "ready"), ("hk-cpu-1", "ready")],
+    ]
     placement = owner_client.get("/api/v1/deployments/colours").json()["placement"]
     assert placement["in_preferred_region"] and placement["note"] == ""
+
+
+def test_a_deployment_still_recovering_away_is_left_alone(owner_client, colour_version, node_us_cpu):
+    d = failed_over(owner_client, colour_version, node_us_cpu)
+    Replica.objects.filter(pk=Replica.objects.order_by("pk").last().pk).update(state="starting")
+    deployment_reconcile(d)  # one replica away still starting: nothing moves yet
+    assert where() == [("us-cpu-1", "ready"), ("us-cpu-1", "starting")]
+    ready_all()
+    deployment_reconcile(d)
+    assert where() == [("hk-cpu-1", "pending"), ("us-cpu-1", "ready"), ("us-cpu-1", "ready")]
 
 
 def test_only_as_many_go_home_as_home_can_take(owner_client, colour_version, node_us_cpu):
