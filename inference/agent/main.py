@@ -384,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--hang-probes", type=int, default=policy.hang_probes,
-        help="failed probes in a row after which a runner counts as hung and is restarted",
+        help="failed probes in a row after which a runner counts as hung and is restarted; until then a "
+        "ready runner whose probes time out keeps its traffic (slow is not hung)",
     )  # fmt: skip
     parser.add_argument(
         "--start-timeout", type=float, default=policy.start_timeout_s,
