@@ -26,13 +26,12 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from contract.routes import EDGE_KEY_ENV
 from inference.agent.supervisor import (
     LOG_TAIL_BYTES,
     Policy,
+    ProcessRecord,
     file_size,
     kill_group,
     new_log_lines,
@@ -123,7 +123,7 @@ def probe_host(host: str) -> str:
 
 
 @dataclass
-class EdgeRecord:
+class EdgeRecord(ProcessRecord):
     """What ``<data_dir>/edge.json`` holds about the started edge."""
 
     pid: int
@@ -133,18 +133,8 @@ class EdgeRecord:
     digest: str  # of its command and environment: an edge started otherwise is not adopted
     log_path: str
 
-    @classmethod
-    def load(cls, path: Path) -> EdgeRecord | None:
-        try:
-            data = json.loads(path.read_text())
-            return cls(**{name: data[name] for name in cls.__dataclass_fields__})
-        except (OSError, ValueError, TypeError, KeyError):
-            return None
-
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, path)
+        self.write(path)
 
 
 class EdgeSupervisor:

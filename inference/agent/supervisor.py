@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -145,8 +145,26 @@ def kill_group(pgid: int, pid: int, start_ticks: int | None, timeout: float = 10
             time.sleep(0.05)
 
 
+class ProcessRecord:
+    """A dataclass kept as JSON beside the data it describes, so the next agent can adopt the process:
+    read back whole or not at all, written atomically (rename)."""
+
+    @classmethod
+    def load(cls, path: Path) -> Self | None:
+        try:
+            data = json.loads(path.read_text())
+            return cls(**{name: data[name] for name in cls.__dataclass_fields__})  # type: ignore[attr-defined]
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def write(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self)))  # type: ignore[call-overload]
+        os.replace(tmp, path)
+
+
 @dataclass
-class RunnerRecord:
+class RunnerRecord(ProcessRecord):
     """What ``<data_dir>/runners/<replica_id>.json`` holds about a started runner."""
 
     replica_id: int
@@ -158,19 +176,8 @@ class RunnerRecord:
     model_dir: str
     log_path: str
 
-    @classmethod
-    def load(cls, path: Path) -> RunnerRecord | None:
-        try:
-            data = json.loads(path.read_text())
-            return cls(**{name: data[name] for name in cls.__dataclass_fields__})
-        except (OSError, ValueError, TypeError, KeyError):
-            return None
-
     def save(self, folder: Path) -> None:
-        path = folder / f"{self.replica_id}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, path)
+        self.write(folder / f"{self.replica_id}.json")
 
 
 @dataclass
