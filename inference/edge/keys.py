@@ -27,6 +27,28 @@ from inference.runner.ratelimit import RateLimiter
 from .errors import QuotaExceeded
 
 LAST_USE_EVERY_S = 1.0  # last-use bookkeeping per key at most once a second, not once per request
+MAX_REMEMBERED = 10_000
+
+
+class LastUseThrottle:
+    """Whether a key's last use is due to be noted again: at most once every ``every_s`` per key (the
+    edges and the console's ``/v1/`` both note it; a roll-up reads it, so a second is precise enough)."""
+
+    def __init__(self, every_s: float = LAST_USE_EVERY_S) -> None:
+        self.every_s = every_s
+        self._noted: dict[str, float] = {}
+
+    def due(self, key: str) -> bool:
+        now = time.monotonic()
+        if now - self._noted.get(key, -self.every_s) < self.every_s:
+            return False
+        if len(self._noted) >= MAX_REMEMBERED:
+            self._noted.clear()
+        self._noted[key] = now
+        return True
+
+    def forget(self, key: str) -> None:
+        self._noted.pop(key, None)
 
 
 class RedisKeyAuth:
@@ -35,7 +57,7 @@ class RedisKeyAuth:
         self._names = names
         self._keys = KeyCache(redis, names, verifier)
         self._limiter = RateLimiter(redis, names)
-        self._last_use: dict[str, float] = {}
+        self._last_use = LastUseThrottle()
 
     async def authenticate(self, authorization: str | None, address: str | None = None) -> KeyIdentity:
         token = bearer_token(authorization)
@@ -50,12 +72,8 @@ class RedisKeyAuth:
         return identity
 
     async def _note_use(self, key_id: str, address: str | None) -> None:
-        now = time.monotonic()
-        if now - self._last_use.get(key_id, -LAST_USE_EVERY_S) < LAST_USE_EVERY_S:
+        if not self._last_use.due(key_id):
             return
-        if len(self._last_use) > 10_000:
-            self._last_use.clear()
-        self._last_use[key_id] = now
         try:  # bookkeeping never refuses a request
             fields = ["at", f"{time.time():.3f}", "addr", address or ""]
             await self._redis.hset(self._names.last_use(key_id), items=fields)

@@ -2,11 +2,11 @@
 
 * ``authenticate``: the key's entry (``contract.apikeys``) must carry the console's signature, be for
   the key's own prefix, match the key's SHA-256 (constant-time) and not have expired; a tombstone is
-  refused at once. Redis is read on every request (a revocation bites at once), but the same entry bytes
-  are verified only once (``_open``). With no valid entry (none, unsigned, forged, another install's), the database decides
-  (``accounts.services.api_key_cache_miss``), which also rewrites the entry or notes a short negative
-  one. Every bad key gets the same 401 body; Redis unreachable is 503 (keys cannot be checked safely).
-  A key's last use and address are noted at most once a second (``LAST_USE_EVERY_S``), as at the edges.
+  refused at once. Redis is read on every request (a revocation bites at once), but the same entry
+  bytes are verified only once (``_open``). With no valid entry (none, unsigned, forged, another
+  install's), the database decides (``accounts.services.api_key_cache_miss``), which also rewrites the
+  entry or notes a short negative one. Every bad key gets the same 401 body; Redis unreachable is 503 (keys cannot be checked safely).
+  A key's last use and address are noted at most once a second (``LastUseThrottle``), as at the edges.
 * ``authorize``: the key's deployment list (403) and its monthly quota (429 ``quota_exceeded`` with
   ``Retry-After`` up to the next month); ``enforce_rate_limit``: its rate limit, sharing the runners' token bucket
   (``inference.runner.ratelimit``) so a key's limit holds whether it calls the gateway or a runner.
@@ -40,6 +40,7 @@ from contract.apikeys import (
 from contract.quotas import month_of, quota_refusal, usage_from_redis
 from contract.signing import Ed25519PublicKey
 from core.errors import ApplicationError, Forbidden, Unauthorized, Unavailable
+from inference.edge.keys import MAX_REMEMBERED, LastUseThrottle
 from inference.gateway.db import db_read
 from inference.runner.errors import Unavailable as RunnerUnavailable
 from inference.runner.ratelimit import RateLimiter
@@ -50,9 +51,7 @@ _limiter: tuple[str, RateLimiter] | None = None
 # said: Redis is still read on every request (a revocation bites at once), but the same bytes are not
 # verified twice (an Ed25519 verify is the costliest step of a request here).
 _opened: dict[str, tuple[tuple[str, bytes | str, bytes], CachedKey | None]] = {}
-_last_use: dict[str, float] = {}  # key prefix -> when its last use was last noted (monotonic seconds)
-LAST_USE_EVERY_S = 1.0  # as the edges: last-use bookkeeping at most once a second per key
-MAX_REMEMBERED = 10_000
+_last_use = LastUseThrottle()  # by key prefix, as at the edges
 
 
 class RateLimited(ApplicationError):
@@ -110,7 +109,7 @@ def _open(raw: bytes | str, verifier: Ed25519PublicKey, prefix: str) -> CachedKe
     if known is not None and known[0] == seen:
         return known[1]
     cached = entry_open(raw, verifier, settings.REDIS_PREFIX, prefix)
-    if len(_opened) >= MAX_REMEMBERED:
+    if len(_opened) >= MAX_REMEMBERED:  # crude bound: one entry per key prefix
         _opened.clear()
     _opened[prefix] = (seen, cached)
     return cached
@@ -118,12 +117,8 @@ def _open(raw: bytes | str, verifier: Ed25519PublicKey, prefix: str) -> CachedKe
 
 async def _note_use(identity: KeyIdentity, prefix: str, address: str | None) -> None:
     """Last use and address for ``accounts.usage``'s roll-up, at most once a second per key."""
-    now = time.monotonic()
-    if now - _last_use.get(prefix, -LAST_USE_EVERY_S) < LAST_USE_EVERY_S:
+    if not _last_use.due(prefix):
         return
-    if len(_last_use) >= MAX_REMEMBERED:
-        _last_use.clear()
-    _last_use[prefix] = now
     try:  # bookkeeping never refuses a request
         fields = ["at", f"{time.time():.3f}", "addr", address or ""]
         await _client().hset(keycache.names().last_use(identity.key_id), items=fields)
