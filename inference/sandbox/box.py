@@ -9,7 +9,8 @@ Layout of one box (a fresh folder under the system temp dir, removed on exit)::
       out/          the child's only writable place: HOME, TMPDIR, its outputs, progress and result
 
 The child never gets a path it could use to change what the parent reads back: inputs are copies owned
-by root, and outputs are opened with O_NOFOLLOW and must be regular files.
+by root, and outputs are opened with O_NOFOLLOW and O_NONBLOCK (a FIFO the child planted opens at once
+instead of waiting for a writer) and must be regular files, checked on the open file before any read.
 """
 
 from __future__ import annotations
@@ -115,6 +116,12 @@ def isolation() -> dict[str, Any]:
             "Python-level block. Run the worker as root or allow unprivileged user namespaces.",
             found.get("network"),
         )
+    if found.get("pids") != "namespace":
+        log.warning(
+            "sandbox: no PID namespace here (%s); a process the model code starts with setsid() can "
+            "outlive its job. Run the worker as root or allow unprivileged user namespaces.",
+            found.get("pids"),
+        )
     if os.geteuid() != 0:
         log.warning("sandbox: the worker is not root, so model code runs as the worker's own user")
     return found
@@ -187,11 +194,12 @@ class Sandbox:
         except OSError as exc:
             raise SandboxFailed(f"the sandbox did not write {name} ({exc.strerror})") from None
         with os.fdopen(fd, "rb") as src:
-            if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
-                raise SandboxFailed(f"the sandbox's {name} is not a regular file")
+            size = _regular_size(src.fileno(), name)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            with open(dest, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1024 * 1024)
+            with open(dest, "wb") as dst:  # the size it had when opened: a file still growing is cut there
+                while size > 0 and (chunk := src.read(min(size, 1024 * 1024))):
+                    dst.write(chunk)
+                    size -= len(chunk)
         return dest
 
     def call(
@@ -214,7 +222,10 @@ class Sandbox:
         call_file.write_text(json.dumps(call, default=str))
         self.seal_file(call_file)
         for leftover in ("result.json", "progress.jsonl"):
-            (self.out / leftover).unlink(missing_ok=True)
+            path = self.out / leftover
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            path.unlink(missing_ok=True)
         ended, last = self._run(progress, cancelled)
         return self._result(task, ended, last)
 
@@ -260,11 +271,15 @@ class Sandbox:
 
     def _copy_log(self) -> None:
         try:
-            with open(self.root / "output.log", "rb") as handle:
-                handle.seek(max(0, os.fstat(handle.fileno()).st_size - LOG_TAIL_CHARS))
-                tail = handle.read().decode("utf-8", "replace")
+            fd = os.open(self.root / "output.log", _READ_FLAGS)
         except OSError:
             return
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return
+            handle.seek(max(0, info.st_size - LOG_TAIL_CHARS))
+            tail = handle.read(LOG_TAIL_CHARS).decode("utf-8", "replace")
         for line in scrub(tail).splitlines()[-20:]:
             if line.strip():
                 self.note(f"sandbox: {line.strip()[:400]}")
@@ -289,15 +304,31 @@ class Sandbox:
         raise SandboxFailed(f"{task} failed{doing}: {kind}: {message}")
 
 
+# How the parent opens what the child may have written: no link followed, and no wait (a FIFO opened
+# for reading without O_NONBLOCK blocks until a writer comes, which a hostile child never sends).
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _regular_size(fd: int, name: str) -> int:
+    """The size of the open file; SandboxFailed unless it is a regular file (a FIFO, a device, a socket
+    or a folder planted in out/ is refused before any read)."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "not a regular file"
+        log.warning("sandbox: refusing out/%s: %s (mode %o)", name, kind, info.st_mode)
+        raise SandboxFailed(f"the sandbox's {name} is not a regular file ({kind}); refused")
+    return info.st_size
+
+
 def _open_beneath(root: Path, parts: list[str]) -> int:
     """Open root/parts... following no link on the way (a folder the child made could be a link)."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         for part in parts[:-1]:
-            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            inner = os.open(part, _READ_FLAGS | os.O_DIRECTORY, dir_fd=fd)
             os.close(fd)
             fd = inner
-        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+        return os.open(parts[-1], _READ_FLAGS, dir_fd=fd)
     finally:
         os.close(fd)
 
@@ -316,10 +347,11 @@ def _kill_group(child: subprocess.Popen[bytes]) -> None:
 
 def _read_result(path: Path) -> dict[str, Any] | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, _READ_FLAGS)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
+        _regular_size(handle.fileno(), path.name)
         raw = handle.read(MAX_RESULT_BYTES + 1)
     if len(raw) > MAX_RESULT_BYTES:
         return {"ok": False, "type": "SandboxFailed", "message": "the result is larger than 16 MiB"}
@@ -352,10 +384,11 @@ class _ProgressReader:
 
     def read(self) -> None:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(self.path, _READ_FLAGS)
         except OSError:
             return
         with os.fdopen(fd, "rb") as handle:
+            _regular_size(handle.fileno(), self.path.name)
             handle.seek(self.offset)
             chunk = handle.read(1024 * 1024)
         complete = chunk[: chunk.rfind(b"\n") + 1]

@@ -3,16 +3,22 @@
 ``python -m inference.sandbox.child BOX`` reads ``BOX/call.json``. Confinement happens before anything
 of the model (or even numpy) is imported, while the process is still single-threaded: resource limits,
 a private network namespace (nothing to connect to, loopback down), no new privileges, and, when started
-as root, the unprivileged user the parent chose. ``--probe`` reports what the machine allows.
+as root, the unprivileged user the parent chose. The task then runs in a new PID namespace (where the
+machine allows one): this process waits for the namespace's first process, a small init that runs nothing
+of the task's, and when that init ends (the task finished, or the parent killed this process group) the
+kernel kills every process left in the namespace, those that left the group with ``setsid()`` too.
+``--probe`` reports what the machine allows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import json
 import os
 import resource
+import signal
 import socket
 import sys
 import traceback
@@ -21,8 +27,13 @@ from typing import Any
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
+# Signals whose default action does not end a process: an exit code 128 + one of them is passed on as is.
+_NOT_FATAL = {signal.SIGCHLD, signal.SIGCONT, signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN,
+              signal.SIGTTOU, signal.SIGURG, signal.SIGWINCH}  # fmt: skip
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 # Messages of allocators that failed under RLIMIT_AS (onnxruntime, torch, the C++ runtime).
 OUT_OF_MEMORY = ("bad_alloc", "failed to allocate memory", "can't allocate memory", "cannot allocate memory")
@@ -41,6 +52,59 @@ def isolate_network() -> str:
         return "namespace"
     _block_sockets()
     return "python-block"
+
+
+def isolate_pids() -> str:
+    """A new PID namespace for the processes this one forks next (as root, or as root of the user
+    namespace ``isolate_network`` made); "none" where the machine allows none."""
+    return "namespace" if _unshare(CLONE_NEWPID) else "none"
+
+
+def _exit_code(status: int) -> int:
+    """A wait status as an exit code, a signal as 128 + its number (as shells report it)."""
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def _become_init() -> None:
+    """In the first process of the new namespace (its PID 1): fork the process that runs the task and
+    return in it; here, reap every orphan until that one ends, then end with its exit code, which makes
+    the kernel kill whatever the task left in the namespace. This init stays root and runs no task code,
+    so the task's user can neither signal nor trace it; it dies with its parent (``PR_SET_PDEATHSIG``)."""
+    code, worker = 1, -1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        worker = os.fork()
+        if worker == 0:
+            return
+        while True:
+            pid, status = os.wait()
+            if pid == worker:
+                code = _exit_code(status)
+                break
+    finally:
+        if worker != 0:
+            os._exit(code)
+
+
+def contain() -> int | None:
+    """After ``isolate_pids``: None in the process that is to run the task (under a fresh init in the new
+    namespace); in this one, the task's exit code once it ended. A task ended by a signal ends this
+    process by the same signal, so the parent's messages (CPU limit, killed) stay the same."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    init = os.fork()
+    if init == 0:
+        _become_init()
+        return None
+    _, status = os.waitpid(init, 0)
+    code = _exit_code(status)
+    sig = code - 128
+    if sig > 0 and sig in signal.valid_signals() and sig not in _NOT_FATAL:
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL keeps its default anyway
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    return code
 
 
 def _refuse(*args: object, **kwargs: object) -> None:
@@ -151,7 +215,8 @@ def run(call: dict[str, Any], out: Path) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if argv[1:] == ["--probe"]:
-        print(json.dumps({"network": isolate_network(), "root": os.geteuid() == 0}))
+        network = isolate_network()
+        print(json.dumps({"network": network, "pids": isolate_pids(), "root": os.geteuid() == 0}))
         return 0
     box = Path(argv[1])
     call = json.loads((box / "call.json").read_text())
@@ -160,9 +225,12 @@ def main(argv: list[str]) -> int:
     network = isolate_network()
     if call.get("drop"):
         expose_runtime(box)
+    pids = isolate_pids()
+    if pids == "namespace" and (code := contain()) is not None:
+        return code  # the task ran in the namespace, and everything it started ended with it
     drop_privileges(call.get("drop"))
     os.chdir(out)
-    print(f"confined: network={network} uid={os.getuid()}", flush=True)
+    print(f"confined: network={network} pids={pids} uid={os.getuid()}", flush=True)
     result = run(call, out)
     (out / "result.json").write_text(json.dumps(result, default=str))
     return 0

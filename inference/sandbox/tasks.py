@@ -159,6 +159,35 @@ def time_model(args: Args, progress: Progress) -> dict[str, Any]:
     return as_json(report)
 
 
+def _worker_pid() -> int:
+    """The worker's pid as /proc shows it: the first ancestor that is not the sandbox child (in its PID
+    namespace the task's ``getppid()`` is the namespace's init, itself a child of the sandbox child)."""
+    status = "/proc/self/status"
+    for _ in range(8):
+        lines = Path(status).read_text().splitlines()
+        parent = int(next(line.split()[1] for line in lines if line.startswith("PPid:")))
+        try:
+            cmdline = Path(f"/proc/{parent}/cmdline").read_bytes()
+        except OSError:
+            return parent
+        if parent <= 1 or b"inference.sandbox.child" not in cmdline:
+            return parent
+        status = f"/proc/{parent}/status"
+    return os.getppid()
+
+
+def _daemon(seconds: float) -> None:
+    """Double fork and ``setsid()``: a process out of the job's process group, its parent gone."""
+    if os.fork() != 0:
+        return
+    try:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(seconds)
+    finally:
+        os._exit(0)
+
+
 def confinement(args: Args, progress: Progress) -> dict[str, Any]:
     """What code in the sandbox can see and reach (the operators' and the tests' check of confinement)."""
     seen: dict[str, Any] = {"uid": os.getuid(), "environ": dict(os.environ), "files": {}, "connect": {}}
@@ -166,7 +195,7 @@ def confinement(args: Args, progress: Progress) -> dict[str, Any]:
         *args.get("paths", []),
         "/proc/self/environ",
         "/proc/1/environ",
-        f"/proc/{os.getppid()}/environ",
+        f"/proc/{_worker_pid()}/environ",
     ]:
         try:
             seen["files"][path] = Path(path).read_bytes()[:65536].decode("utf-8", "replace")
@@ -178,6 +207,13 @@ def confinement(args: Args, progress: Progress) -> dict[str, Any]:
                 seen["connect"][f"{host}:{port}"] = "connected"
         except OSError as exc:
             seen["connect"][f"{host}:{port}"] = f"refused: {exc.strerror or exc}"
+    for _ in range(int(args.get("daemons", 0))):  # what hostile code does to outlive its job
+        _daemon(float(args.get("daemon_s", 60)))
+    for name in args.get("fifos", []):  # outputs replaced by FIFOs: the parent must not wait on them
+        Path(name).unlink(missing_ok=True)
+        os.mkfifo(name)
+    if args.get("exit_now"):  # leave at once, as if the task had written its outputs
+        os._exit(0)
     if args.get("sleep_s"):  # holds the child: checks of the wall-clock limit and of cancellation
         time.sleep(float(args["sleep_s"]))
     if args.get("allocate_bytes"):
