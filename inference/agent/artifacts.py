@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -23,10 +24,49 @@ import httpx
 from contract.manifest import MANIFEST_NAME, ModelManifest
 
 LAST_USED = ".last-used"  # its mtime: when a replica last used the version (least recently used first)
+log = logging.getLogger("lantau.agent")
 
 
 class ArtifactError(Exception):
     pass
+
+
+def wire_id(value: object) -> int | None:
+    """An id from a heartbeat answer as an int, or None unless it is a non-negative int (not a bool): it
+    names folders (``v<id>``, ``r<id>``) and files (``runners/<id>.log``), so ``"/../../x"`` must not."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def desired_problem(desired: object) -> str | None:
+    """Why a desired replica from the console cannot be used (ids that are not ints, artifacts that are
+    not plain file names); None when it can. Checked before anything turns its fields into paths."""
+    if not isinstance(desired, dict):
+        return f"a desired replica is not an object: {str(desired)[:100]!r}"
+    if wire_id(desired.get("id")) is None:
+        return f"replica id {str(desired.get('id'))[:100]!r} is not a non-negative integer"
+    if wire_id(desired.get("version_id")) is None:
+        return f"version_id {str(desired.get('version_id'))[:100]!r} is not a non-negative integer"
+    artifacts = desired.get("artifacts", [])
+    if not isinstance(artifacts, list) or not all(isinstance(a, dict) for a in artifacts):
+        return "artifacts is not a list of objects"
+    for artifact in artifacts:
+        filename = artifact.get("filename")
+        name = Path(filename).name if isinstance(filename, str) else ""
+        own = name == LAST_USED or name.startswith(".part-") or (name[:1] == "." and name.endswith(".sha256"))
+        if name in ("", ".", "..") or own:  # the cache's own bookkeeping files are not the console's
+            return f"artifact file name {str(filename)[:100]!r} is not a plain file name"
+    return None
+
+
+def _inside(base: Path, path: Path) -> Path:
+    """``path`` resolved, when it stays inside ``base`` (resolved too); ArtifactError otherwise."""
+    resolved, root = path.resolve(), base.resolve()
+    if resolved == root or not resolved.is_relative_to(root):
+        log.error("refusing to write %s: it resolves to %s, outside %s", path, resolved, root)
+        raise ArtifactError(f"refusing {path.name!r}: it resolves outside the cache ({root})")
+    return resolved
 
 
 def _relative(url: object) -> str:
@@ -67,7 +107,11 @@ def prepare(client: httpx.Client, cache_dir: Path, desired: dict[str, Any]) -> P
     since two deployments of one version differ in name and settings. Raises ManifestError when the
     desired manifest breaks the contract.
     """
-    folder = cache_dir / f"v{desired['version_id']}"
+    problem = desired_problem(desired)
+    if problem is not None:
+        log.error("refusing a desired replica from the console: %s; nothing written", problem)
+        raise ArtifactError(f"refusing the console's answer: {problem}")
+    folder = _inside(cache_dir, cache_dir / f"v{desired['version_id']}")
     folder.mkdir(parents=True, exist_ok=True)
     for artifact in desired["artifacts"]:
         name = Path(artifact["filename"]).name  # never trust a path from the wire
@@ -78,7 +122,7 @@ def prepare(client: httpx.Client, cache_dir: Path, desired: dict[str, Any]) -> P
         _fetch(client, artifact["url"], artifact["sha256"], dest)
         marker.write_text(artifact["sha256"])
     (folder / LAST_USED).touch()
-    replica_dir = cache_dir / "replicas" / f"r{desired['id']}"
+    replica_dir = _inside(cache_dir / "replicas", cache_dir / "replicas" / f"r{desired['id']}")
     replica_dir.mkdir(parents=True, exist_ok=True)
     for artifact in desired["artifacts"]:
         name = Path(artifact["filename"]).name

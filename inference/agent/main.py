@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import ipaddress
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 from types import FrameType
 from typing import Any, NotRequired, TypedDict
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -146,13 +148,21 @@ class Agent:
         if response.status_code != 200:
             raise RuntimeError(f"heartbeat refused: HTTP {response.status_code} {response.text[:200]}")
         body = response.json()
+        if not isinstance(body, dict) or not isinstance(body.get("replicas"), list):
+            raise RuntimeError("the console's heartbeat answer holds no list of replicas")
         if body.get("rotate_credential") is True:
             self.rotate()
         desired: list[dict[str, Any]] = body["replicas"]  # the console's desired replicas
         return desired
 
     def converge(self, desired: list[dict[str, Any]]) -> None:
-        wanted = {d["id"]: d for d in desired}
+        wanted: dict[int, dict[str, Any]] = {}
+        for spec in desired:
+            # Its id and version_id name folders and files here: anything but ints is refused, not used.
+            if (problem := artifacts.desired_problem(spec)) is not None:
+                log.error("refusing a desired replica from the console: %s; nothing written", problem)
+                continue
+            wanted[spec["id"]] = spec
         self.runners.unwanted(set(wanted))
         fetched = False
         for rid, spec in wanted.items():
@@ -228,6 +238,8 @@ class Agent:
 TOKEN_ENV = "LANTAU_NODE_TOKEN"
 JOIN_ENV = "LANTAU_JOIN_TOKEN"
 REDIS_ENV = "LANTAU_REDIS_URL"
+INSECURE_CONSOLE_ENV = "LANTAU_ALLOW_INSECURE_CONSOLE"
+INSECURE_CONSOLE_FLAG = "--allow-insecure-console"
 HEARTBEAT_TIMEOUT = httpx.Timeout(15.0, connect=5.0)
 STATE_FILE = "agent-state.json"  # in the data dir: what this agent runs, rewritten every round
 NODE_TOKEN_FILE = "node-token"  # in the data dir: the credential the join gave (or a rotation)
@@ -284,6 +296,40 @@ def parse_labels(text: str) -> dict[str, str]:
     return labels
 
 
+def _env_flag(name: str) -> bool:
+    """A yes/no setting from the environment (1/true/yes/on); unset or empty is no."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def loopback_host(host: str | None) -> bool:
+    """Whether ``host`` is this machine: ``localhost``, 127.0.0.0/8 or ::1."""
+    if not host:
+        return False
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def console_refusal(url: str, allow_insecure: bool) -> str | None:
+    """Why the agent will not talk to the console at ``url``; None when it will. Over plain HTTP anyone
+    on the path reads the node token and answers heartbeats (desired replicas, artifacts and their
+    sha256), so ``http://`` is for this machine only unless explicitly allowed."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        return f"--console {url!r} is not an https:// URL"
+    if scheme == "https" or loopback_host(parts.hostname) or allow_insecure:
+        return None
+    return (
+        f"--console {url} is plain http:// to another host: anyone on the path could read the node token "
+        f"and send the agent replicas and files to run. Use https://, or, on a private network you trust "
+        f"(VPN, WireGuard, VPC), pass {INSECURE_CONSOLE_FLAG} (or set {INSECURE_CONSOLE_ENV}=1)"
+    )
+
+
 def _port(text: str) -> int:
     try:
         port = int(text)
@@ -331,7 +377,16 @@ def resolve_secrets(args: argparse.Namespace) -> argparse.Namespace:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lantau-node", description="Lantau node agent")
-    parser.add_argument("--console", required=True, help="console URL, e.g. http://127.0.0.1:8000")
+    parser.add_argument(
+        "--console", required=True,
+        help=f"console URL, e.g. https://console.example; http:// only to this machine (127.0.0.1, ::1, "
+        f"localhost) unless {INSECURE_CONSOLE_FLAG}",
+    )  # fmt: skip
+    parser.add_argument(
+        INSECURE_CONSOLE_FLAG, action="store_true", default=_env_flag(INSECURE_CONSOLE_ENV),
+        help="accept an http:// console on another host (a private network you trust: the node token and "
+        f"the desired replicas travel in clear); else env {INSECURE_CONSOLE_ENV}=1",
+    )  # fmt: skip
     parser.add_argument("--token-file", help=f"file (mode 0600) holding the node token; else env {TOKEN_ENV}")
     parser.add_argument("--token", help=argparse.SUPPRESS)  # refused with a message: visible in `ps`
     parser.add_argument(
@@ -416,8 +471,13 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <agent>` writes every thread's stack to its log
+    args = parse_args(argv)
+    refusal = console_refusal(args.console, args.allow_insecure_console)
+    if refusal is not None:  # before any request: the join would send the join token
+        log.error("refusing to start: %s", refusal)
+        return 2
     try:
-        agent = Agent(parse_args(argv))
+        agent = Agent(args)
     except JoinError as exc:
         log.error("%s", exc)
         return 2
