@@ -2,7 +2,10 @@
 
 Runners publish a summary every second, kept under ``<prefix>:metrics:last:<deployment>:<replica>``
 (``inference.runner.live``): requests, 5xx answers (``errors``), latency percentiles, queue depth.
-``latest_summaries`` reads them for some replicas; autoscaling and the canary figures use it too.
+``latest_summaries`` reads them for some replicas; autoscaling and the canary figures use it too. They are
+unsigned JSON anyone with Redis write can plant, so ``summary_checked`` keeps only a summary whose every
+field has the runner's type and a bound no runner reaches in a second, and whose deployment and replica
+are those of its key; anything else is ignored with a log line.
 
 ``rollouts_watch`` (celery beat, every ``LANTAU_ROLLOUT_WATCH_S``) adds the new replicas' summaries
 of each running rollout or canary to its counts (each summary once, by its time stamp); once they hold
@@ -18,10 +21,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+from typing import Any
 
 import redis
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
@@ -38,10 +43,101 @@ from inference.services.rollouts import (
 )
 
 log = logging.getLogger("lantau.rollouts")
+# Bounds of one runner's per-second summary (``inference.runner.metrics.Window.summary``), far above what
+# a runner serves in a second: a value past them was planted, not measured.
+SUMMARY_MAX_BYTES = 64 * 1024
+MAX_SUMMARY_REQUESTS = 1_000_000  # requests, errors, throttled in one summary
+MAX_REQUESTS_PER_S = 1_000_000.0
+MAX_LATENCY_MS = 3_600_000.0  # an hour
+MAX_WINDOW_S = 3_600.0
+MAX_QUEUE_DEPTH = 10_000_000
+MAX_BATCH_SIZE = 1_000_000.0
+MAX_TS = 1e10  # seconds since the epoch (the year 2286)
+_COUNTS = ("requests", "errors", "throttled")
+_NUMBERS = {"requests_per_s": MAX_REQUESTS_PER_S, "window_s": MAX_WINDOW_S, "mean_batch_size": MAX_BATCH_SIZE,
+            "ts": MAX_TS}  # fmt: skip
+_PERCENTILES = ("p50", "p95", "p99")
+
+
+class _Refused(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> float:
+    raise _Refused(f"{name} is not a number")
+
+
+def _count(summary: dict, key: str, high: int) -> int | None:
+    value = summary.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+        raise _Refused(f"{key} {str(value)[:40]!r} is not a count between 0 and {high}")
+    return value
+
+
+def _number(value: object, key: str, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _Refused(f"{key} {str(value)[:40]!r} is not a finite number")
+    if not 0 <= value <= high:
+        raise _Refused(f"{key} {value!r} is outside 0..{high:g}")
+    return float(value)
+
+
+def _checked(raw: object, deployment: str, replica: int) -> dict[str, Any]:
+    if not isinstance(raw, bytes | str) or len(raw) > SUMMARY_MAX_BYTES:
+        raise _Refused("not a short string")
+    try:
+        summary = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise _Refused(f"not JSON ({str(exc)[:60]})") from None
+    if not isinstance(summary, dict):
+        raise _Refused("not a JSON object")
+    if summary.get("deployment", deployment) != deployment:
+        raise _Refused(f"it names deployment {str(summary.get('deployment'))[:60]!r}")
+    if str(summary.get("replica", replica)) != str(replica):
+        raise _Refused(f"it names replica {str(summary.get('replica'))[:40]!r}")
+    clean: dict[str, Any] = {"deployment": deployment, "replica": str(replica)}
+    for key in _COUNTS:
+        if (count := _count(summary, key, MAX_SUMMARY_REQUESTS)) is not None:
+            clean[key] = count
+    for key in ("errors", "throttled"):  # each one of the summary's requests
+        if clean.get(key, 0) > clean.get("requests", 0):
+            raise _Refused(f"{key} {clean[key]} exceeds requests {clean.get('requests', 0)}")
+    if (depth := _count(summary, "queue_depth", MAX_QUEUE_DEPTH)) is not None:
+        clean["queue_depth"] = depth
+    for key, high in _NUMBERS.items():
+        if summary.get(key) is not None:
+            clean[key] = _number(summary[key], key, high)
+    latency = summary.get("latency_ms")
+    if latency is not None:
+        if not isinstance(latency, dict):
+            raise _Refused("latency_ms is not an object")
+        clean["latency_ms"] = {
+            name: _number(latency[name], f"latency_ms.{name}", MAX_LATENCY_MS)
+            for name in _PERCENTILES
+            if latency.get(name) is not None
+        }
+    if isinstance(summary.get("model_version"), str):
+        clean["model_version"] = summary["model_version"][:200]
+    return clean
+
+
+def summary_checked(raw: object, deployment: str, replica: int) -> dict[str, Any] | None:
+    """A runner's summary read from Redis, as the runner writes it, or None (logged): every field of the
+    runner's type within its bound (no NaN, no negative, no string for a number, errors no more than
+    requests) and, when it names them, the deployment and replica of the key it was read from. Only the
+    fields checked here are kept; readers use nothing else."""
+    try:
+        return _checked(raw, deployment, replica)
+    except _Refused as exc:
+        log.warning("ignoring the live summary of replica %s of %s: %s", replica, deployment, exc)
+        return None
 
 
 def latest_summaries(deployment: str, replica_ids: list[int]) -> dict[int, dict]:
-    """The latest summary of each replica that has one; {} when Redis cannot be read (logged)."""
+    """The latest checked summary of each replica that has one (``summary_checked``); {} when Redis
+    cannot be read (logged)."""
     if not replica_ids:
         return {}
     names = RedisKeys(settings.REDIS_PREFIX)
@@ -53,11 +149,8 @@ def latest_summaries(deployment: str, replica_ids: list[int]) -> dict[int, dict]
         return {}
     found: dict[int, dict] = {}
     for pk, raw in zip(replica_ids, values, strict=True):
-        try:
-            summary = json.loads(raw) if raw else None
-        except ValueError:
-            continue
-        if isinstance(summary, dict):
+        summary = summary_checked(raw, deployment, pk) if raw is not None else None
+        if summary is not None:
             found[pk] = summary
     return found
 
@@ -66,7 +159,12 @@ def rollouts_watch() -> int:
     """Celery beat: count the new replicas' errors of every running rollout and canary; the number seen."""
     ids = list(Deployment.objects.filter(rollout__state=IN_PROGRESS).values_list("pk", flat=True))
     for pk in ids:
-        rollout_watch(pk)
+        try:
+            rollout_watch(pk)
+        except (OperationalError, InterfaceError):
+            raise  # the database is down: the next beat tries again
+        except Exception:  # one deployment's trouble must not stop watching the others' rollouts
+            log.exception("watching the rollout of deployment %s failed", pk)
     return len(ids)
 
 
@@ -110,8 +208,8 @@ def _counted(counts: dict, summaries: dict[int, dict]) -> dict:
         if stamp is None or seen.get(str(pk)) == stamp:
             continue  # the same second read twice
         seen[str(pk)] = stamp
-        requests += max(0, int(summary.get("requests") or 0))
-        errors += max(0, int(summary.get("errors") or 0))
+        requests += summary.get("requests", 0)  # counts checked by summary_checked: ints, 0..bound
+        errors += summary.get("errors", 0)
     return {"requests": requests, "errors": errors, "seen": seen}
 
 
