@@ -85,6 +85,9 @@ class ApiKey(models.Model):
     last_used_address = models.GenericIPAddressField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     kind = models.CharField(max_length=16, choices=ApiKeyKind.choices, default=ApiKeyKind.STANDARD)
+    # Bumped by every change and by revocation; signed into the key's Redis entry and its revision floor,
+    # so readers refuse an older entry written back over a newer one (replay, review finding M-A).
+    revision = models.PositiveBigIntegerField(default=1)
 
     class Meta:
         ordering = ["-created_at"]
@@ -94,8 +97,17 @@ class ApiKey(models.Model):
         return self.revoked_at is None
 
     def usable_at(self, now) -> bool:
-        """Neither revoked nor expired at `now`."""
-        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
+        """Neither revoked nor expired at `now`, and its creator (if any is left) not deactivated."""
+        return (
+            self.revoked_at is None
+            and (self.expires_at is None or now < self.expires_at)
+            and not self.owner_inactive
+        )
+
+    @property
+    def owner_inactive(self) -> bool:
+        """Its creator is a user deactivated with `is_active=False` (review finding L-K)."""
+        return self.created_by is not None and not self.created_by.is_active
 
 
 class ApiKeyUsage(models.Model):

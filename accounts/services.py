@@ -124,8 +124,8 @@ def api_key_create(
         raise ValidationFailed(f"unknown scope(s): {', '.join(unknown)}")
     permission_require(team=team, user=actor, action="key.create")
     for _attempt in range(5):  # the 32-bit prefix is unique; a collision just draws again
-        clear, prefix = key_generate()
-        if not ApiKey.objects.filter(prefix=prefix).exists():
+        clear, prefix = key_generate()  # (also with a deleted key's, whose revision floor refuses all)
+        if not ApiKey.objects.filter(prefix=prefix).exists() and not keycache.floor_exists(prefix):
             break
     stored = keyhash.hash_new(clear, prefix)
     with transaction.atomic():
@@ -172,22 +172,37 @@ def api_key_update(*, team: Team, actor, key_id: int, changes: dict) -> ApiKey:
         for field, value in changes.items():
             setattr(api_key, field, value)
         _check_rate(api_key.rate_per_s, api_key.burst)
-        api_key.save(update_fields=list(changes))
+        api_key.revision += 1  # the entry before this change must not be written back (M-A)
+        api_key.save(update_fields=[*changes, "revision"])
         audit_record(team=team, actor=actor, action="api_key.update", target=api_key.prefix,
                      before=before, after=_limits_for_audit(api_key))  # fmt: skip
         transaction.on_commit(lambda: keycache.cache_put(api_key))
     return api_key
 
 
-def api_key_check(*, clear_key: str) -> ApiKey | None:
-    """The usable key row for a clear key, checked against the database (prefix lookup, constant-time
-    HMAC compare, not revoked, not expired); None otherwise. A legacy SHA-256 row, or one hashed under a
-    previous pepper, is rehashed under the current pepper here, on its first successful use."""
+def _key_row(clear_key: str) -> ApiKey | None:
+    return ApiKey.objects.select_related("team", "created_by").filter(prefix=key_prefix(clear_key)).first()
+
+
+def api_key_match(*, clear_key: str) -> ApiKey | None:
+    """The key row whose prefix and peppered HMAC (constant-time) match a clear key, usable or not."""
     if not key_is_well_formed(clear_key):
         return None
-    api_key = ApiKey.objects.select_related("team", "created_by").filter(prefix=key_prefix(clear_key)).first()
-    if api_key is None or not keyhash.hash_matches(api_key, clear_key):
-        return None
+    api_key = _key_row(clear_key)
+    return api_key if api_key is not None and keyhash.hash_matches(api_key, clear_key) else None
+
+
+def api_key_check(*, clear_key: str) -> ApiKey | None:
+    """The usable key row for a clear key, checked against the database (prefix lookup, constant-time
+    HMAC compare, not revoked, not expired, its creator not deactivated); None otherwise. A legacy
+    SHA-256 row, or one hashed under a previous pepper, is rehashed under the current pepper here, on
+    its first successful use."""
+    api_key = api_key_match(clear_key=clear_key)
+    return api_key_usable(api_key, clear_key) if api_key is not None else None
+
+
+def api_key_usable(api_key: ApiKey, clear_key: str) -> ApiKey | None:
+    """``api_key`` (which ``clear_key`` matched) when usable now, rehashed if due; None otherwise."""
     if not api_key.usable_at(timezone.now()):
         return None
     if keyhash.needs_rehash(api_key):
@@ -203,32 +218,57 @@ def api_key_check(*, clear_key: str) -> ApiKey | None:
 def api_key_cache_miss(*, clear_key: str) -> str | None:
     """The gateway's fallback when Redis has no valid entry for a well-formed key: check the database,
     then write the entry back unless a revocation's tombstone got there first (then the key is refused,
-    however the two raced). Unknown prefixes get a short negative entry. Returns the entry or None."""
-    api_key = api_key_check(clear_key=clear_key)
-    if api_key is not None:
-        return keycache.cache_fill(api_key)
-    prefix = key_prefix(clear_key)
-    row = ApiKey.objects.filter(prefix=prefix).first()
-    if row is None or not row.usable_at(timezone.now()):
+    however the two raced). Unknown prefixes get a short negative entry; a dead key (revoked, expired,
+    its creator deactivated) its tombstone and floor again, over whatever entry was written back. One
+    query. Returns the entry or None."""
+    if not key_is_well_formed(clear_key):
+        return None
+    prefix, row = key_prefix(clear_key), _key_row(clear_key)
+    if row is None:
         keycache.cache_negative(prefix)
-    else:  # a real key with a wrong secret: cache its entry so the next wrong guess costs no query
-        keycache.cache_fill(row)
+        return None
+    if not row.usable_at(timezone.now()):
+        keycache.cache_revoke(prefix, row.revision, keycache.floor_ttl(row))
+        return None
+    if keyhash.hash_matches(row, clear_key) and api_key_usable(row, clear_key) is not None:
+        return keycache.cache_fill(row)
+    keycache.cache_fill(row)  # a real key with a wrong secret: cache its entry so the next guess costs none
     return None
+
+
+def api_key_known_prefixes() -> list[str]:
+    """The prefixes of every usable key (the console's ``/v1/`` refuses any other without a query, M-F)."""
+    now = timezone.now()
+    return list(
+        ApiKey.objects.filter(revoked_at__isnull=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .exclude(created_by__is_active=False)
+        .values_list("prefix", flat=True)
+    )
 
 
 def api_keys_sync() -> int:
     """Rewrite the Redis entries of all usable keys and tombstone revoked or expired ones (safety net for a
     flushed Redis; every minute)."""
+    for user in User.objects.filter(is_active=False, pk__in=ApiKey.objects.filter(revoked_at__isnull=True)
+                                    .values("created_by")):  # fmt: skip
+        api_keys_revoke_of_inactive(user=user)  # deactivated without User.save() (a queryset update, SQL)
     now = timezone.now()
     recent = now - timedelta(seconds=settings.APIKEY_TOMBSTONE_TTL_S)
     active = list(
-        ApiKey.objects.filter(revoked_at__isnull=True).filter(
-            Q(expires_at__isnull=True) | Q(expires_at__gt=now)
-        )
+        ApiKey.objects.select_related("created_by")
+        .filter(revoked_at__isnull=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
     )
     dead = list(ApiKey.objects.filter(Q(revoked_at__gte=recent) | Q(expires_at__gte=recent, expires_at__lte=now))
                 .values_list("prefix", flat=True))  # fmt: skip
-    return keycache.cache_sync(active, dead)
+    # Floors of every dead key, however old (a playground key's only until its floor's own TTL ends).
+    floors = list(
+        ApiKey.objects.filter(Q(revoked_at__isnull=False) | Q(expires_at__lte=now))
+        .exclude(kind=ApiKeyKind.PLAYGROUND, expires_at__lt=now - timedelta(seconds=keycache.PLAYGROUND_FLOOR_MARGIN_S))
+        .only("prefix", "revision", "kind", "expires_at")
+    )  # fmt: skip
+    return keycache.cache_sync(active, dead, floors)
 
 
 def api_key_revoke(*, team: Team, actor, key_id: int) -> ApiKey:
@@ -241,18 +281,40 @@ def api_key_revoke(*, team: Team, actor, key_id: int) -> ApiKey:
         if api_key.created_by_id != actor.pk:  # members revoke their own keys; admins anyone's
             permission_require(team=team, user=actor, action="key.manage_others")
         if api_key.revoked_at is None:
-            api_key.revoked_at = timezone.now()
-            api_key.save(update_fields=["revoked_at"])
-            audit_record(
-                team=team,
-                actor=actor,
-                action="api_key.revoke",
-                target=api_key.prefix,
-                before={"state": "active"},
-                after={"state": "revoked"},
-            )
-    keycache.cache_revoke(api_key.prefix)
+            _revoke_row(api_key, team=team, actor=actor)
+    keycache.cache_revoke(api_key.prefix, api_key.revision, keycache.floor_ttl(api_key))
     return api_key
+
+
+def _revoke_row(api_key: ApiKey, *, team: Team, actor, data: dict | None = None) -> None:
+    """Mark a locked row revoked, bumping its revision (every entry signed before is refused), audited."""
+    api_key.revoked_at = timezone.now()
+    api_key.revision += 1
+    api_key.save(update_fields=["revoked_at", "revision"])
+    audit_record(team=team, actor=actor, action="api_key.revoke", target=api_key.prefix,
+                 before={"state": "active"}, after={"state": "revoked"}, data=data)  # fmt: skip
+
+
+def api_keys_revoke_of_inactive(*, user) -> list[str]:
+    """Revoke every key of a deactivated user (review finding L-K), tombstoned and floored once committed.
+    Reactivating the user does not bring them back: they create new keys. Returns the prefixes."""
+    revoked: list[ApiKey] = []
+    with transaction.atomic():
+        if User.objects.filter(pk=user.pk, is_active=False).exists():
+            for api_key in (
+                ApiKey.objects.select_for_update(of=("self",))
+                .select_related("team")
+                .filter(created_by=user, revoked_at__isnull=True)
+            ):
+                _revoke_row(api_key, team=api_key.team, actor=None, data={"reason": "owner_deactivated"})
+                revoked.append(api_key)
+
+        def tombstone() -> None:
+            for api_key in revoked:
+                keycache.cache_revoke(api_key.prefix, api_key.revision, keycache.floor_ttl(api_key))
+
+        transaction.on_commit(tombstone)
+    return [api_key.prefix for api_key in revoked]
 
 
 def user_ensure_admin(*, username: str = "admin", team_name: str = "default") -> tuple[object, str | None]:

@@ -4,10 +4,16 @@ Months are UTC calendar months. Runners count what each key used this month in
 ``<prefix>:usage-month:<key_id>:<YYYY-MM>`` (``contract.redis_keys``); the gateway and the runners
 compare those counters with the key's limits before serving and answer 429 ``quota_exceeded`` with
 ``Retry-After`` up to the start of the next month once a limit is spent.
+
+Requests in flight hold a reservation (``<prefix>:quota-reserved:<key_id>``, see
+``inference.runner.usage``) that counts as used until the runner settles it with what the request
+really consumed, so parallel requests cannot overrun a quota. The gateway and edges tell runners a
+key's limits in ``QUOTA_HEADER`` (sent with the runner token, so only they can set it).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +22,7 @@ from typing import Any
 
 USAGE_FIELDS = ("requests", "images", "tokens")
 _NOUNS = {"requests": "request", "images": "image", "tokens": "token"}
+QUOTA_HEADER = "X-Lantau-Key-Quota"  # gateway/edge -> runner: the key's limits, as ``quota_header`` writes
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +49,22 @@ class Quota:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 return None
         return cls(**data)
+
+
+def quota_header(quota: Quota) -> str:
+    """``QUOTA_HEADER``'s value for a key's limits: compact JSON, e.g. ``{"requests":10}``."""
+    return json.dumps(quota.as_dict(), separators=(",", ":"), sort_keys=True)
+
+
+def quota_from_header(value: str | None) -> Quota | None:
+    """The limits in ``QUOTA_HEADER`` (no header: unlimited), or None when the value is malformed."""
+    if value is None:
+        return Quota()
+    try:
+        data = json.loads(value)
+    except (ValueError, RecursionError):
+        return None
+    return Quota.from_dict(data)
 
 
 def month_of(now: datetime) -> str:

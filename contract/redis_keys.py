@@ -7,9 +7,15 @@ runners (``--redis-prefix``). Two installs sharing one Redis therefore never see
 Writers and readers:
   ``<p>:apikey:<key prefix>``   signed entry or tombstone (contract.apikeys): console writes (accounts.keycache);
                                  gateway and runners read (the management API checks the database)
+  ``<p>:apikey-rev:<key prefix>``  signed revision floor of that key (contract.apikeys), no TTL: console
+                                 writes, gateway and runners read; entries below it are refused (replays)
+  ``<p>:apikeys:changed``        a random token the console sets whenever a key is created or revoked:
+                                 the gateway reloads its set of known key prefixes when it changes
   ``<p>:usage:<key_id>``         usage not yet rolled up: runners HINCRBY (runner.usage); the console's
                                  roll-up (accounts.usage) renames it to ``<p>:usage-rolling:<key_id>``
   ``<p>:usage-month:<key_id>:<YYYY-MM>``  this month's usage for quotas: runners HINCRBY, gateway/runners read
+  ``<p>:quota-reserved:<key_id>``  quota held by requests in flight, per minute of admission: runners
+                                 reserve and settle (runner.usage), the gateway and edges read it with the month
   ``<p>:lastuse:<key_id>``       last use time and address: runners and the gateway HSET, the roll-up reads
   ``<p>:ratelimit:<key_id>``     token bucket shared by runners and the gateway (runner.ratelimit)
   ``<p>:metrics:<deployment>``   pub/sub channel: runners publish each second; the console's websocket reads
@@ -50,6 +56,12 @@ class RedisKeys:
     def api_key(self, key_prefix: str) -> str:
         return f"{self.prefix}:apikey:{key_prefix}"
 
+    def api_key_floor(self, key_prefix: str) -> str:
+        return f"{self.prefix}:apikey-rev:{key_prefix}"
+
+    def api_keys_changed(self) -> str:
+        return f"{self.prefix}:apikeys:changed"
+
     def usage(self, key_id: int | str) -> str:
         return f"{self.prefix}:usage:{key_id}"
 
@@ -58,6 +70,9 @@ class RedisKeys:
 
     def usage_month(self, key_id: int | str, month: str) -> str:
         return f"{self.prefix}:usage-month:{key_id}:{month}"
+
+    def quota_reserved(self, key_id: int | str) -> str:
+        return f"{self.prefix}:quota-reserved:{key_id}"
 
     def last_use(self, key_id: int | str) -> str:
         return f"{self.prefix}:lastuse:{key_id}"

@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 
 from contract.apikeys import KeyIdentity
 from contract.envelope import error_envelope
+from contract.quotas import QUOTA_HEADER, quota_header
 from contract.routes import REGION_HEADER, RouteEntry
 from inference.runner.errors import BadRequest, NotFound, RunnerError
 from inference.runner.protocol import json_depth_exceeds
@@ -131,6 +132,9 @@ class Dispatcher:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise too_large(limit)  # before any work, even the key check
         identity = await self.keys.authenticate(request.headers.get("authorization"), request.client)
+        # Every authenticated route spends the key's rate limit, /v1/models too (review finding L-D), and
+        # before the body is read or any route looked up: a flood of names or listings costs nothing.
+        await self.keys.enforce_rate_limit(identity)
         if path == "/v1/models":
             _allow(method, path, "GET")
             names = [n for n in await self.routes.names_for_team(identity.team_id) if identity.allows(n)]
@@ -142,7 +146,6 @@ class Dispatcher:
         _allow(method, path, "POST")
         body = await request.read_body(limit)
         name, stream = (match.group(1), False) if match else self._model_from_body(body)
-        await self.keys.enforce_rate_limit(identity)  # before the lookup: a flood of names costs nothing
         route = await self.routes.get(name)
         if route is None or route.team_id != identity.team_id:
             raise NotFound(f"deployment {name!r} not found")  # the same answer for another team's: no leak
@@ -202,6 +205,8 @@ class Dispatcher:
         target = request.path + ("?" + request.query if request.query else "")
         headers = {"Content-Type": request.headers.get("content-type") or "application/octet-stream",
                    KEY_ID_HEADER: identity.key_id, TOKEN_HEADER: ""}  # fmt: skip  # the runner counts usage per key
+        if identity.quota.limited:  # the runner reserves the request's room in it (inference.runner.usage)
+            headers[QUOTA_HEADER] = quota_header(identity.quota)
         tried: set[int] = set()
         held: Held | None = None
         timed_out = False

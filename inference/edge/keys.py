@@ -5,24 +5,24 @@ key's own prefix, constant-time digest compare, expiry) and keeps Redis's answer
 revocation bites within a second. With no valid entry the key is refused (the edge has no database:
 the console's periodic sync rewrites lost entries). Then the same checks as the console's gateway:
 the ``inference`` scope (403), the key's rate limit (the token bucket shared with runners, 429),
-its deployment list (403) and monthly quota (429 ``quota_exceeded``). Redis unreachable is a 503.
+its deployment list (403) and monthly quota (429 ``quota_exceeded``, read with the runners'
+``inference.runner.usage.quota_check``: requests in flight count as used). Redis unreachable is a 503.
 """
 
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
 from contract.apikeys import INVALID_KEY_MESSAGE, MISSING_KEY_MESSAGE, KeyIdentity, bearer_token
-from contract.quotas import month_of, quota_refusal, usage_from_redis
 from contract.redis_keys import RedisKeys
 from contract.signing import Ed25519PublicKey
 from inference.runner.errors import Forbidden, RateLimited, Unauthorized, Unavailable
 from inference.runner.keys import KeyCache
 from inference.runner.ratelimit import RateLimiter
+from inference.runner.usage import quota_check
 
 from .errors import QuotaExceeded
 
@@ -92,11 +92,9 @@ class RedisKeyAuth:
             raise Forbidden(f"this API key may not call deployment {deployment!r}")
         if not identity.quota.limited:
             return
-        now = datetime.now(UTC)
         try:
-            row = await self._redis.hgetall(self._names.usage_month(identity.key_id, month_of(now)))
+            refusal = await quota_check(self._redis, self._names, identity.key_id, identity.quota)
         except (RedisError, OSError):
             raise Unavailable("API keys cannot be verified right now; retry shortly") from None
-        refusal = quota_refusal(identity.quota, usage_from_redis(row), now)
         if refusal is not None:
             raise QuotaExceeded(refusal.message, headers={"Retry-After": str(refusal.retry_after_s)})

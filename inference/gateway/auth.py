@@ -6,6 +6,10 @@
   bytes are verified only once (``_open``). With no valid entry (none, unsigned, forged, another
   install's), the database decides (``accounts.services.api_key_cache_miss``), which also rewrites the
   entry or notes a short negative one. Every bad key gets the same 401 body; Redis unreachable is 503 (keys cannot be checked safely).
+  The same read brings the key's signed revision floor: an entry below it, or below the highest
+  revision this process has seen for the prefix (``contract.apikeys.Revisions``), is a replay and is
+  refused like a missing one (M-A). Before asking the database, the prefix must be one of a usable key
+  (``KnownPrefixes``): random well-formed keys cost no query (M-F).
   A key's last use and address are noted at most once a second (``LastUseThrottle``), as at the edges.
 * ``authorize``: the key's deployment list (403) and its monthly quota (429 ``quota_exceeded`` with
   ``Retry-After`` up to the next month); ``enforce_rate_limit``: its rate limit, sharing the runners' token bucket
@@ -16,34 +20,40 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
-from datetime import UTC, datetime
+from array import array
+from bisect import bisect_left
 
 from django.conf import settings
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
 from accounts import keycache, keyhash
-from accounts.services import api_key_cache_miss
+from accounts.services import api_key_cache_miss, api_key_known_prefixes
 from contract.apikeys import (
     INVALID_KEY_MESSAGE,
     MISSING_KEY_MESSAGE,
+    PREFIX_LENGTH,
     TOMBSTONE,
     CachedKey,
     KeyIdentity,
+    Revisions,
     bearer_token,
     entry_check,
     entry_open,
+    floor_open,
     key_is_well_formed,
     key_prefix,
 )
-from contract.quotas import month_of, quota_refusal, usage_from_redis
 from contract.signing import Ed25519PublicKey
 from core.errors import ApplicationError, Forbidden, Unauthorized, Unavailable
 from inference.edge.keys import MAX_REMEMBERED, LastUseThrottle
 from inference.gateway.db import db_read
 from inference.runner.errors import Unavailable as RunnerUnavailable
 from inference.runner.ratelimit import RateLimiter
+from inference.runner.usage import quota_check
 
 _redis: aioredis.Redis | None = None
 _limiter: tuple[str, RateLimiter] | None = None
@@ -51,7 +61,59 @@ _limiter: tuple[str, RateLimiter] | None = None
 # said: Redis is still read on every request (a revocation bites at once), but the same bytes are not
 # verified twice (an Ed25519 verify is the costliest step of a request here).
 _opened: dict[str, tuple[tuple[str, bytes | str, bytes], CachedKey | None]] = {}
+_floors: dict[str, tuple[tuple[str, bytes | str, bytes], int | None]] = {}  # the same for revision floors
+_revisions = Revisions()  # by install prefix and key prefix
 _last_use = LastUseThrottle()  # by key prefix, as at the edges
+KNOWN_MAX_AGE_S = 60.0  # the set of known prefixes is read again at least this often
+MAX_KNOWN = 4_000_000  # usable keys it holds at most (4 bytes each); above, every miss asks the database
+_PREFIX = re.compile(r"lt_[0-9a-f]{8}")
+
+
+class KnownPrefixes:
+    """The prefixes of every usable key, as sorted 32-bit numbers (4 bytes a key), so that a well-formed
+    key whose prefix no usable key has is refused without a database query (review finding M-F): a
+    flood of random prefixes costs one Redis round trip each and one query in all, not two queries and
+    a Redis write each on the database thread that route refreshes share. Read again (one read at a
+    time, whoever waits for it) when the console's ``apikeys:changed`` token differs from the one it was
+    read with (a key was created or revoked by any console process; the new key's entry is in Redis
+    already, so it works at once regardless), and at least every ``KNOWN_MAX_AGE_S``. Holding more than
+    ``MAX_KNOWN`` keys, it holds none and every miss asks the database, as before."""
+
+    def __init__(self) -> None:
+        self._numbers: array[int] | None = None
+        self._state: tuple[str, bytes | str | None] | None = None  # (install prefix, token) it was read with
+        self._loaded_at = 0.0
+        self._loading: asyncio.Task[None] | None = None
+
+    def _stale(self, token: bytes | str | None) -> bool:
+        if self._state != (settings.REDIS_PREFIX, token):
+            return True
+        return time.monotonic() - self._loaded_at >= KNOWN_MAX_AGE_S
+
+    async def may_exist(self, prefix: str, token: bytes | str | None) -> bool:
+        """False only when no usable key has ``prefix`` (a well-formed key prefix)."""
+        if self._stale(token):
+            loop = asyncio.get_running_loop()
+            loading = self._loading
+            if loading is None or loading.done() or loading.get_loop() is not loop:
+                loading = self._loading = loop.create_task(self._load(token))
+            await asyncio.shield(loading)
+        numbers = self._numbers
+        if numbers is None:
+            return True
+        value = int(prefix[3:PREFIX_LENGTH], 16)
+        at = bisect_left(numbers, value)
+        return at < len(numbers) and numbers[at] == value
+
+    async def _load(self, token: bytes | str | None) -> None:
+        install = settings.REDIS_PREFIX
+        prefixes = await db_read(api_key_known_prefixes)
+        numbers = sorted(int(p[3:], 16) for p in prefixes if _PREFIX.fullmatch(p))
+        self._numbers = array("I", numbers) if len(numbers) <= MAX_KNOWN else None
+        self._state, self._loaded_at = (install, token), time.monotonic()
+
+
+_known = KnownPrefixes()
 
 
 class RateLimited(ApplicationError):
@@ -87,32 +149,51 @@ def _unavailable() -> Unavailable:
 
 
 async def _identity(token: str) -> KeyIdentity | None:
-    prefix = key_prefix(token)
-    try:
-        raw = await _client().get(keycache.names().api_key(prefix))
+    prefix, names = key_prefix(token), keycache.names()
+    try:  # one round trip: the entry, its revision floor, the known-prefix token (used on a miss only)
+        raw, raw_floor, changed = await _client().mget(
+            names.api_key(prefix), names.api_key_floor(prefix), names.api_keys_changed()
+        )
     except (RedisError, OSError):
         raise _unavailable() from None
-    if raw == TOMBSTONE:
-        return None
     verifier = keyhash.signer().public_key()
-    cached = _open(raw, verifier, prefix) if raw is not None else None
-    if cached is None:  # missing, unsigned, forged or stale: the database decides and repairs the entry
+    floor = _floor(raw_floor, verifier, prefix) if raw_floor is not None else None
+    seen_as = f"{settings.REDIS_PREFIX}\x00{prefix}"
+    if raw == TOMBSTONE:
+        _revisions.admit(seen_as, None, floor)
+        return None
+    cached = _revisions.admit(seen_as, _open(raw, verifier, prefix) if raw is not None else None, floor)
+    if cached is None:  # missing, unsigned, forged, stale or replayed: the database decides and repairs
+        if not await _known.may_exist(prefix, changed):
+            return None  # no usable key has this prefix: no query (M-F)
         entry = await db_read(api_key_cache_miss, clear_key=token)
         cached = entry_open(entry, verifier, settings.REDIS_PREFIX, prefix) if entry is not None else None
+        cached = _revisions.admit(seen_as, cached, None)
     return entry_check(cached, token, time.time()) if cached is not None else None
+
+
+def _remembered(memo: dict, opener, raw: bytes | str, verifier: Ed25519PublicKey, prefix: str):
+    """``opener(raw, verifier, install prefix, key prefix)``, remembered for the last bytes each key
+    prefix held (the Ed25519 check costs more than the request's other work, so it runs once per value)."""
+    seen = (settings.REDIS_PREFIX, raw, verifier.public_bytes_raw())
+    known = memo.get(prefix)
+    if known is not None and known[0] == seen:
+        return known[1]
+    value = opener(raw, verifier, settings.REDIS_PREFIX, prefix)
+    if len(memo) >= MAX_REMEMBERED:  # crude bound: one value per key prefix
+        memo.clear()
+    memo[prefix] = (seen, value)
+    return value
+
+
+def _floor(raw: bytes | str, verifier: Ed25519PublicKey, prefix: str) -> int | None:
+    """``floor_open``, remembered for the last bytes each key prefix's floor held."""
+    return _remembered(_floors, floor_open, raw, verifier, prefix)
 
 
 def _open(raw: bytes | str, verifier: Ed25519PublicKey, prefix: str) -> CachedKey | None:
     """``entry_open``, remembered for the last bytes each key prefix's entry held."""
-    seen = (settings.REDIS_PREFIX, raw, verifier.public_bytes_raw())
-    known = _opened.get(prefix)
-    if known is not None and known[0] == seen:
-        return known[1]
-    cached = entry_open(raw, verifier, settings.REDIS_PREFIX, prefix)
-    if len(_opened) >= MAX_REMEMBERED:  # crude bound: one entry per key prefix
-        _opened.clear()
-    _opened[prefix] = (seen, cached)
-    return cached
+    return _remembered(_opened, entry_open, raw, verifier, prefix)
 
 
 async def _note_use(identity: KeyIdentity, prefix: str, address: str | None) -> None:
@@ -141,14 +222,14 @@ async def authenticate(authorization: str | None, address: str | None = None) ->
 
 
 async def enforce_quota(identity: KeyIdentity) -> None:
+    """429 when the key's monthly quota is spent, what its requests in flight hold included (the runners'
+    ``quota_check``); the runner that serves the request then reserves its room atomically."""
     if not identity.quota.limited:
         return
-    now = datetime.now(UTC)
     try:
-        row = await _client().hgetall(keycache.names().usage_month(identity.key_id, month_of(now)))
+        refusal = await quota_check(_client(), keycache.names(), identity.key_id, identity.quota)
     except (RedisError, OSError):
         raise _unavailable() from None
-    refusal = quota_refusal(identity.quota, usage_from_redis(row), now)
     if refusal is not None:
         raise QuotaExceeded(refusal.message, headers={"Retry-After": str(refusal.retry_after_s)})
 

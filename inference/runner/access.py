@@ -1,11 +1,13 @@
 """Who may call the inference routes: the gateway (shared runner token) or a client's own API key.
 
 * ``X-Lantau-Runner-Token`` equal to the runner's token: the gateway, which already checked the key;
-  it names the key in ``X-Lantau-Key-Id`` so usage is still counted per key.
+  it names the key in ``X-Lantau-Key-Id`` so usage is still counted per key, and its monthly limits in
+  ``X-Lantau-Key-Quota`` (``contract.quotas``) so this runner reserves room for the request (``usage``).
 * ``Authorization: Bearer <api key>`` when the runner has Redis (``--redis-url``): the key is
   verified from the console's signed cache entry (``keys``), must belong to this deployment's team,
-  hold the ``inference`` scope and list this deployment (if it lists any), must have room in its
-  monthly quota (429 ``quota_exceeded``) and is rate limited when its entry carries ``rate_per_s``.
+  hold the ``inference`` scope and list this deployment (if it lists any), and is rate limited when its
+  entry carries ``rate_per_s``. Its monthly quota is applied when the request is admitted (``usage.admit``:
+  429 ``quota_exceeded``).
   Every bad key (malformed, unknown, wrong, revoked, expired, forged entry) gets the same 401 body.
 * A runner started with neither a token nor Redis is open (local development and tests).
 """
@@ -17,8 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from contract.apikeys import INVALID_KEY_MESSAGE, MISSING_KEY_MESSAGE, KeyIdentity, bearer_token
+from contract.quotas import QUOTA_HEADER, Quota, quota_from_header
 
-from .errors import Forbidden, RateLimited, RunnerError, Unauthorized
+from .errors import BadRequest, Forbidden, RateLimited, Unauthorized
 from .keys import KeyCache
 from .ratelimit import RateLimiter
 from .usage import UsageRecorder
@@ -32,11 +35,7 @@ INFERENCE_SCOPE = "inference"
 class Caller:
     key_id: str | None  # None: the gateway did not name a key
     via_gateway: bool
-
-
-class QuotaExceeded(RunnerError):
-    status = 429
-    type = "quota_exceeded"
+    quota: Quota = Quota()  # the key's monthly limits, reserved against on admission (usage.admit)
 
 
 class Access:
@@ -67,7 +66,10 @@ class Access:
         if sent is not None and self._token is not None:
             if not hmac.compare_digest(sent.encode("utf-8", "surrogateescape"), self._token):
                 raise Unauthorized(f"wrong {TOKEN_HEADER} header")
-            return Caller(headers.get(KEY_ID_HEADER) or None, via_gateway=True)
+            quota = quota_from_header(headers.get(QUOTA_HEADER))
+            if quota is None:
+                raise BadRequest(f'malformed {QUOTA_HEADER} header: expected JSON such as {{"requests": 10}}')
+            return Caller(headers.get(KEY_ID_HEADER) or None, via_gateway=True, quota=quota)
         key = bearer_token(headers.get("Authorization"))
         if key is not None and self.keys is not None:
             return await self._check_key(key)
@@ -89,13 +91,9 @@ class Access:
         if not identity.allows(self.deployment):
             raise Forbidden(f"this API key may not call deployment {self.deployment!r}")
         await self._check_limits(identity)
-        return Caller(identity.key_id, via_gateway=False)
+        return Caller(identity.key_id, via_gateway=False, quota=identity.quota)
 
     async def _check_limits(self, identity: KeyIdentity) -> None:
-        if self.usage is not None:
-            refusal = await self.usage.quota_refusal(identity)
-            if refusal is not None:
-                raise QuotaExceeded(refusal.message, headers={"Retry-After": str(refusal.retry_after_s)})
         if identity.rate_per_s is not None and identity.burst is not None and self.limiter is not None:
             wait = await self.limiter.acquire(identity.key_id, identity.rate_per_s, identity.burst)
             if wait > 0:

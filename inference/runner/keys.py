@@ -6,6 +6,10 @@ its manifest (``key_verify_key``), so whoever can write Redis still cannot forge
 Without that key every API key is refused. Answers (entries and tombstones) are kept in-process for at
 most ``ttl_s`` (1 s): a revocation takes effect within a second, and a busy key, or a client hammering a
 bad one, costs one Redis round trip per second, not one per request.
+
+The same round trip reads the key's signed revision floor (``<prefix>:apikey-rev:<key prefix>``): an
+entry below it, or below the highest revision this process has seen for the prefix
+(``contract.apikeys.Revisions``), is an old entry written back (a replay) and is refused (M-A).
 """
 
 from __future__ import annotations
@@ -16,7 +20,16 @@ import time
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
-from contract.apikeys import CachedKey, KeyIdentity, entry_check, entry_open, key_is_well_formed, key_prefix
+from contract.apikeys import (
+    CachedKey,
+    KeyIdentity,
+    Revisions,
+    entry_check,
+    entry_open,
+    floor_open,
+    key_is_well_formed,
+    key_prefix,
+)
 from contract.redis_keys import RedisKeys
 from contract.signing import Ed25519PublicKey
 
@@ -38,6 +51,7 @@ class KeyCache:
         self._verify_key = verify_key
         self.ttl_s = ttl_s
         self._entries: dict[str, tuple[float, CachedKey | None]] = {}
+        self._revisions = Revisions()
 
     async def lookup(self, key: str) -> KeyIdentity | None:
         """The key's identity, or None when it is malformed, unknown, wrong, revoked or expired."""
@@ -52,12 +66,17 @@ class KeyCache:
         if hit is not None and hit[0] > now:
             return hit[1]
         try:
-            raw = await self._redis.get(self._names.api_key(prefix))
+            raw, raw_floor = await self._redis.mget(
+                self._names.api_key(prefix), self._names.api_key_floor(prefix)
+            )
         except (RedisError, OSError) as exc:
             log.warning("cannot reach Redis to verify an API key: %s", exc)
             raise Unavailable("API keys cannot be verified right now; retry shortly") from None
         assert self._verify_key is not None
-        cached = entry_open(raw, self._verify_key, self._names.prefix, prefix) if raw is not None else None
+        namespace = self._names.prefix
+        cached = entry_open(raw, self._verify_key, namespace, prefix) if raw is not None else None
+        floor = floor_open(raw_floor, self._verify_key, namespace, prefix) if raw_floor is not None else None
+        cached = self._revisions.admit(prefix, cached, floor)
         if len(self._entries) >= MAX_CACHED:
             self._entries.clear()  # crude bound; entries live one second anyway
         self._entries[prefix] = (now + self.ttl_s, cached)

@@ -144,7 +144,7 @@ def test_a_key_whose_entry_has_expired_is_refused_without_the_database(team, own
         # Time passes: the entry the console wrote says the key expired a second ago.
         entry = entry_sign(keyhash.signer(), settings.REDIS_PREFIX, prefix=row.prefix, digest=key_hash(clear),
                            key_id=row.pk, team_id=team.pk, scopes=["inference"],
-                           expires_at=timezone.now().timestamp() - 1)  # fmt: skip
+                           expires_at=timezone.now().timestamp() - 1, revision=row.revision)  # fmt: skip
         await sync_to_async(keycache.client().set)(keycache.names().api_key(row.prefix), entry)
         status, _, body = await call("GET", "/v1/models", clear)
         assert status == 401 and json.loads(body)["error"]["message"] == INVALID_KEY_MESSAGE

@@ -3,7 +3,10 @@
 Routes only translate HTTP: parse (protocol), encode and schedule (pipeline, scheduler), then
 answer one JSON body or a Server-Sent Events stream ending with ``data: [DONE]``. When the
 client goes away, aiohttp cancels the handler and the ``finally`` cancels the sequence, so the
-next step boundary drops it from the batch.
+next step boundary drops it from the batch. Before the sequence is queued, the request is admitted
+against its key's quota with the most it can bill (the prompt plus its ``max_tokens`` cap); from then
+on, whatever the outcome (done, failed, the client gone), the ``finally`` notes the prompt and the
+tokens generated so far, which the middleware counts.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from contract.envelope import error_envelope
 
 from ..errors import NotFound, RunnerError
 from ..protocol import read_json
-from ..usage import record_usage
+from ..usage import admit, record_usage
 from .pipeline import TextGeneration
 from .protocol import GenerationRequest, ResponseShape, parse_chat, parse_completion, usage
 from .sequence import ERROR, Event, Sequence
@@ -50,17 +53,18 @@ class GenerationRoutes:
         loop = asyncio.get_running_loop()
         prompt = await loop.run_in_executor(state.preprocess_pool, pipeline.encode, parsed)
         max_tokens = pipeline.max_tokens(len(prompt), parsed.max_tokens)
+        await admit(request, tokens=len(prompt) + max_tokens)  # 429 when the key's quota has no room
         sequence = pipeline.sequence(prompt, replace(parsed.params, max_tokens=max_tokens))
         scheduler.submit(sequence)
         shape = ResponseShape(chat, state.manifest.deployment)
         try:
             if parsed.stream:
-                response = await _stream(request, sequence, shape, parsed)
-            else:
-                response = await _collect(sequence, shape)
-            record_usage(request, tokens=len(sequence.prompt) + len(sequence.generated))
-            return response
+                return await _stream(request, sequence, shape, parsed)
+            return await _collect(sequence, shape)
         finally:
+            # Every outcome, the client gone (CancelledError, ConnectionResetError) included: bill the
+            # prompt and what was generated until now.
+            record_usage(request, tokens=len(sequence.prompt) + len(sequence.generated))
             sequence.cancel()  # a no-op once finished; frees the batch row if the client left
             _observe(state.metrics, sequence)
 
