@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
@@ -26,6 +27,7 @@ from accounts.addresses import client_address
 from accounts.audit_export import FORMATS, export_response
 from accounts.current import SESSION_TEAM_KEY
 from accounts.decorators import member_required, permission_required
+from accounts.install_admin import install_admin_set, is_install_admin
 from accounts.models import Role
 from accounts.permissions import membership_allows
 from accounts.services import audit_record
@@ -46,29 +48,40 @@ def _when(raw: str):
 
 
 class ThrottledLoginView(auth_views.LoginView):
-    """Django's sign-in, refused with 429 and `Retry-After` while the username or address is locked out."""
+    """Django's sign-in, refused with 429 and `Retry-After` while the address, the username (from
+    unknown browsers) or this browser's device is locked out (`accounts.login_throttle`)."""
 
     template_name = "accounts/login.html"
 
+    def _attempt(self) -> login_throttle.Attempt:
+        username = self.request.POST.get("username", "")
+        device = login_throttle.device_of(self.request.COOKIES.get(login_throttle.DEVICE_COOKIE), username)
+        return login_throttle.Attempt(username, client_address(self.request.META), device)
+
     def post(self, request, *args, **kwargs):
-        username = request.POST.get("username", "")
-        address = client_address(request.META)
-        wait = login_throttle.retry_after(username, address)
+        wait = login_throttle.retry_after(self._attempt())
         if wait:
             return _throttled(request, wait)
         return super().post(request, *args, **kwargs)
 
     def form_valid(self, form):
-        login_throttle.success_record(form.get_user().get_username())
-        return super().form_valid(form)
+        username = form.get_user().get_username()
+        login_throttle.success_record(self._attempt())
+        response = super().form_valid(form)
+        response.set_cookie(
+            login_throttle.DEVICE_COOKIE, login_throttle.device_cookie(username),
+            max_age=login_throttle.DEVICE_MAX_AGE_S, httponly=True, samesite="Lax",
+            secure=settings.SESSION_COOKIE_SECURE,
+        )  # fmt: skip
+        return response
 
     def form_invalid(self, form):
-        username = self.request.POST.get("username", "")
-        address = client_address(self.request.META)
-        if login_throttle.failure_record(username, address):
+        attempt = self._attempt()
+        if login_throttle.failure_record(attempt):
             audit_record(
-                team=None, actor=None, action="login.lockout", target=username[:150], address=address
-            )
+                team=None, actor=None, action="login.lockout", target=attempt.username[:150],
+                address=attempt.address, data={"known_device": bool(attempt.device)},
+            )  # fmt: skip
         return super().form_invalid(form)
 
 
@@ -92,6 +105,7 @@ def team_page(request, membership):
         "roles": Role.choices,
         "can_manage": membership_allows(membership, "member.invite"),
         "is_owner": membership_allows(membership, "owner.manage"),
+        "viewer_is_install_admin": is_install_admin(request.user),
         "invitations": [],
         "new_link": request.session.pop("new_invitation_link", None),
     }
@@ -141,11 +155,30 @@ def team_action(request, membership):
         except ApplicationError as exc:
             messages.error(request, exc.message)
             return redirect("accounts:team")
+    if action == "install_admin":
+        return _install_admin_change(request, membership)
     try:
         _team_change(request, membership, action)
         messages.success(request, "Done.")
     except (ApplicationError, ValueError) as exc:
         messages.error(request, getattr(exc, "message", "invalid input"))
+    return redirect("accounts:team")
+
+
+def _install_admin_change(request, membership):
+    """An install administrator gives (or takes) the flag to a member of the team on this page."""
+    username, value = request.POST.get("username", ""), request.POST.get("value") == "1"
+    target = next(
+        (m.user for m in selectors.team_members(team=membership.team) if m.user.username == username), None
+    )
+    try:
+        if target is None:
+            raise ApplicationError(f"{username[:150]!r} is not a member of {membership.team.name}")
+        install_admin_set(actor=request.user, user=target, value=value)
+        state = "is now an install administrator" if value else "is no longer an install administrator"
+        messages.success(request, f"{target.username} {state}.")
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
     return redirect("accounts:team")
 
 

@@ -18,6 +18,7 @@ for the month, once per month hash (field ``seeded``), before adding its batches
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -50,11 +51,15 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 """
 MONTH_TTL_S = 40 * 86400
+log = logging.getLogger(__name__)
 BATCH_KEEP = timedelta(days=7)
 
 
 def _pairs(flat: list) -> dict[str, str]:
-    return {flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}
+    # Redis content is data: a field that is not UTF-8 becomes text that counts as 0 (usage_from_redis).
+    return {
+        flat[i].decode(errors="replace"): flat[i + 1].decode(errors="replace") for i in range(0, len(flat), 2)
+    }
 
 
 def month_start(now: datetime) -> datetime:
@@ -106,7 +111,16 @@ def _seed_months(keys: list[ApiKey], now: datetime) -> None:
         t = totals[api_key.pk]
         script(keys=[names.usage_month(api_key.pk, month_of(now))],
                args=[t["requests"], t["images"], t["tokens"], MONTH_TTL_S], client=pipe)  # fmt: skip
-    pipe.execute()
+    # A month hash that is not counters (written by something other than a runner) must not stop the
+    # roll-up of every other key: it is dropped, and the next run seeds it again from the database.
+    corrupt = [
+        names.usage_month(api_key.pk, month_of(now))
+        for api_key, result in zip(keys, pipe.execute(raise_on_error=False), strict=True)
+        if isinstance(result, Exception)
+    ]
+    if corrupt:
+        log.warning("usage: %d month counter(s) were not counters and were reset: %s", len(corrupt), corrupt)
+        keycache.client().delete(*corrupt)
 
 
 def _apply(key_id: int, counts: dict[str, str], hour: datetime) -> bool:

@@ -151,9 +151,11 @@ class Fleet:
         self.deployments: list[str] = []
 
     def start(self) -> None:
-        """The console and worker, an owner with a management key, and every node joined."""
+        """The console and worker, an owner (an install administrator: they join the nodes) with a
+        management key, and every node joined."""
         self.stack.start()
         self.password = self.stack.user("fleet", "fleet", "owner")
+        self.stack.manage("install_admin", "--grant", "fleet")
         self.key = self.stack.api_key("fleet", "manage")
         with self.stack.client(self.key) as api:
             self.nodes = [self._join(api, index) for index in range(self.options.nodes)]

@@ -169,7 +169,7 @@ class RolloutStack(Stack):
         self.manage("migrate", "--noinput")
         self.start_console(wait=False)
         self.start_worker()
-        keys = self.owner_keys("bench", "bench")
+        keys = self.owner_keys("bench", "bench", install_admin=True)  # it joins an edge node
         self.wait_http("/readyz")
         return keys
 

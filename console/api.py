@@ -18,6 +18,7 @@ from contract.envelope import error_envelope
 from core.errors import ApplicationError
 from evalsets.api import router as datasets_router
 from inference.api.deployments import router as deployments_router
+from inference.api.fleet import router as fleet_router
 from inference.api.jobs import router as jobs_router
 from inference.api.models import router as models_router
 from inference.api.nodes import router as nodes_router
@@ -110,5 +111,6 @@ api.add_router("/audit", audit_router)
 api.add_router("/models", models_router)
 api.add_router("/deployments", deployments_router)
 api.add_router("/nodes", nodes_router)
+api.add_router("/fleet", fleet_router)
 api.add_router("/jobs", jobs_router)
 api.add_router("/datasets", datasets_router)

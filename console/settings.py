@@ -122,6 +122,16 @@ try:
     LOGIN_MAX_FAILURES = env_int("LANTAU_LOGIN_MAX_FAILURES", 5, minimum=1, maximum=1000)
     LOGIN_WINDOW_S = env_int("LANTAU_LOGIN_WINDOW_S", 900, minimum=1)
     TRUSTED_PROXIES = env_list("LANTAU_TRUSTED_PROXIES", [])
+    # Teams may bring nodes of their own (join tokens made by a team's owners and admins): such a node
+    # serves that team alone. Off: only install administrators add nodes (accounts.install_admin).
+    TEAM_NODES = env_bool("LANTAU_TEAM_NODES", False)
+    # Heartbeats from credentials that did not authenticate recently: database checks a second, all
+    # sources together (review M-E); beyond it such heartbeats get 503 with Retry-After and no query.
+    HEARTBEAT_UNKNOWN_PER_S = env_int("LANTAU_HEARTBEAT_UNKNOWN_PER_S", 50, minimum=1, maximum=10_000)
+    # Websockets (review M-G, L-C): sockets one person may hold open per console process, and how often
+    # an open socket checks again that its session, membership and role still allow it.
+    WS_PER_USER = env_int("LANTAU_WS_PER_USER", 20, minimum=1, maximum=1000)
+    WS_RECHECK_S = env_int("LANTAU_WS_RECHECK_S", 10, minimum=1, maximum=3600)
     ADMIN_ENABLED = env_bool("LANTAU_ADMIN", False)
     HTTPS = env_bool("LANTAU_HTTPS", False)
     SSL_REDIRECT = env_bool("LANTAU_SSL_REDIRECT", HTTPS)
@@ -233,6 +243,9 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": REDIS_PREFIX,
+        # JSON, never pickle: anything that can write Redis (node hosts, runners, edges) must not be
+        # able to run code in the console by planting a value (review H-B; core.cache).
+        "OPTIONS": {"serializer": "core.cache.JsonSerializer"},
     }
 }
 

@@ -48,7 +48,11 @@ def dashboard(request):
     The page is rendered current and then kept live by `/ws/overview/` (inference.consumers).
     """
     membership = membership_for_request(request)
-    nodes = list(selectors.nodes_with_load())
+    # The shared fleet and the team's own nodes; without a team, the shared fleet only.
+    if membership:
+        nodes = list(selectors.nodes_with_load(team=membership.team))
+    else:
+        nodes = list(selectors.nodes_with_load().filter(team__isnull=True))
     context: dict = {"deployments": [], "models": [], "nodes": _node_rows(nodes), "attention": [], "jobs": [],
                      "regions": []}  # fmt: skip
     if membership:

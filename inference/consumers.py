@@ -10,14 +10,15 @@ import math
 from typing import Any
 from urllib.parse import parse_qs
 
+from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
-from redis import asyncio as aioredis
+from django.db.models import Q
 
 from accounts.current import membership_for_scope
 from accounts.permissions import membership_allows
-from contract.redis_keys import RedisKeys
+from inference import metrics_hub
 from inference.live import (
     deployments_snapshot,
     jobs_snapshot,
@@ -30,9 +31,69 @@ from inference.live import (
 from inference.models import Deployment, Node
 
 OVERVIEW_EVERY_S = 2.0
+CLOSE_TOO_MANY = 4429  # the person already holds LANTAU_WS_PER_USER sockets in this process
+_open_by_user: dict[int, int] = {}
 
 
-class TeamGroupConsumer(AsyncJsonWebsocketConsumer):
+class Guarded(AsyncJsonWebsocketConsumer):
+    """What every socket obeys (reviews M-G, L-C): at most ``LANTAU_WS_PER_USER`` open per person in
+    one console process (4429 beyond), and its right to stay is checked again every
+    ``LANTAU_WS_RECHECK_S``: a person signed out elsewhere, whose password changed (Django's session
+    hash), who was deactivated or removed from the team, or whose role no longer allows ``action`` is
+    disconnected (4401) instead of receiving the team's pushes until they close the page."""
+
+    action = ""
+
+    async def admit(self) -> bool:
+        user = self.scope.get("user")
+        uid = getattr(user, "pk", None)
+        if uid is None:
+            return True  # refused by the membership check that follows
+        if _open_by_user.get(uid, 0) >= settings.WS_PER_USER:
+            await self.close(code=CLOSE_TOO_MANY)
+            return False
+        _open_by_user[uid] = _open_by_user.get(uid, 0) + 1
+        self.counted_uid = uid
+        return True
+
+    def watch(self) -> None:
+        self.rechecker = asyncio.create_task(self._recheck())
+
+    async def still_allowed(self) -> bool:
+        user = await get_user(self.scope)  # re-reads the session: a changed password ends it here
+        if not getattr(user, "is_authenticated", False) or user.pk != getattr(self, "counted_uid", None):
+            return False
+        return await database_sync_to_async(_still_member)(self.scope, user, self.action)
+
+    async def _recheck(self):
+        while True:
+            await asyncio.sleep(settings.WS_RECHECK_S)
+            if not await self.still_allowed():
+                await self.close(code=4401)
+                return
+
+    async def release(self) -> None:
+        if hasattr(self, "rechecker"):
+            self.rechecker.cancel()
+        uid = getattr(self, "counted_uid", None)
+        if uid is not None:
+            left = _open_by_user.get(uid, 1) - 1
+            if left > 0:
+                _open_by_user[uid] = left
+            else:
+                _open_by_user.pop(uid, None)
+            self.counted_uid = None
+
+
+def _still_member(scope: dict, user, action: str) -> bool:
+    membership = membership_for_scope({**scope, "user": user})
+    if membership is None or not user.is_active:
+        return False
+    team_id = scope.get("lantau_team_id")
+    return membership.team_id == team_id and (not action or membership_allows(membership, action))
+
+
+class TeamGroupConsumer(Guarded):
     """Base: a signed-in member whose role allows `action` joins the per-team group of the team they
     act for (`?team=`, else the switcher's choice, else their first team); anyone else is refused
     (close code 4401 for outsiders, 4403 for a role that may not read this group)."""
@@ -42,6 +103,8 @@ class TeamGroupConsumer(AsyncJsonWebsocketConsumer):
     action = ""
 
     async def connect(self):
+        if not await self.admit():
+            return
         membership = await database_sync_to_async(membership_for_scope)(self.scope)
         if membership is None:
             await self.close(code=4401)
@@ -49,10 +112,11 @@ class TeamGroupConsumer(AsyncJsonWebsocketConsumer):
         if not membership_allows(membership, self.action):
             await self.close(code=4403)
             return
-        self.team_id = membership.team_id
+        self.team_id = self.scope["lantau_team_id"] = membership.team_id
         self.group = self.group_for(membership.team_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        self.watch()
         await self.send_snapshot()
 
     async def send_snapshot(self):
@@ -60,6 +124,7 @@ class TeamGroupConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(dict(payload))
 
     async def disconnect(self, code):
+        await self.release()
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -87,20 +152,25 @@ class JobUpdatesConsumer(TeamGroupConsumer):
         await self.send_json(event["payload"])
 
 
-class OverviewConsumer(AsyncJsonWebsocketConsumer):
+class OverviewConsumer(Guarded):
     """The overview page: the team's deployment and job pushes, plus every few seconds its traffic per
     region and the nodes' figures (`inference.live.overview_tick`)."""
 
+    action = "deployment.read"
+
     async def connect(self):
+        if not await self.admit():
+            return
         membership = await database_sync_to_async(membership_for_scope)(self.scope)
         if membership is None or not membership_allows(membership, "deployment.read"):
             await self.close(code=4401)
             return
-        self.team_id = membership.team_id
+        self.team_id = self.scope["lantau_team_id"] = membership.team_id
         self.groups_joined = [team_deployments_group(self.team_id), team_jobs_group(self.team_id)]
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
+        self.watch()
         for payload in await database_sync_to_async(deployments_snapshot)(self.team_id):
             await self.send_json(dict(payload))
         self.ticker = asyncio.create_task(self._tick())
@@ -117,6 +187,7 @@ class OverviewConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(event["payload"])
 
     async def disconnect(self, code):
+        await self.release()
         if hasattr(self, "ticker"):
             self.ticker.cancel()
         for group in getattr(self, "groups_joined", []):
@@ -126,23 +197,29 @@ class OverviewConsumer(AsyncJsonWebsocketConsumer):
         pass
 
 
-class NodeStatsConsumer(AsyncJsonWebsocketConsumer):
+class NodeStatsConsumer(Guarded):
     """One node's heartbeat figures. Nodes are install-wide: any signed-in member of a team whose role
     may read nodes may watch them (code 4401 otherwise, 4404 for a node that does not exist). On connect,
     and on ``{"since": ts}``, the node's recent history is sent first (oldest first)."""
 
+    action = "node.read"
+
     async def connect(self):
+        if not await self.admit():
+            return
         self.node = self.scope["url_route"]["kwargs"]["name"]
-        allowed = await database_sync_to_async(_may_read_nodes)(self.scope)
-        if not allowed:
+        team_id = await database_sync_to_async(_node_reader_team)(self.scope)
+        if team_id is None:
             await self.close(code=4401)
             return
-        if not await database_sync_to_async(Node.objects.filter(name=self.node).exists)():
-            await self.close(code=4404)
+        self.scope["lantau_team_id"] = team_id
+        if not await database_sync_to_async(_node_visible)(team_id, self.node):
+            await self.close(code=4404)  # missing, or another team's own node
             return
         self.group = node_stats_group(self.node)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        self.watch()
         await self._history(_since_from_query(self.scope))
 
     async def _history(self, since: float):
@@ -153,6 +230,7 @@ class NodeStatsConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(event["payload"])
 
     async def disconnect(self, code):
+        await self.release()
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -172,60 +250,62 @@ def _since_from_query(scope: dict) -> float:
     return since if math.isfinite(since) else 0.0
 
 
-def _may_read_nodes(scope: dict) -> bool:
-    return membership_allows(membership_for_scope(scope), "node.read")
+def _node_reader_team(scope: dict) -> int | None:
+    membership = membership_for_scope(scope)
+    return membership.team_id if membership_allows(membership, "node.read") and membership else None
 
 
-class DeploymentMetricsConsumer(AsyncJsonWebsocketConsumer):
-    """Forwards the runners' per-second summaries (Redis pub/sub `<prefix>:metrics:<deployment>`, see contract.redis_keys) to one page.
+def _node_visible(team_id: int, name: str) -> bool:
+    return Node.objects.filter(Q(team__isnull=True) | Q(team_id=team_id), name=name).exists()
+
+
+class DeploymentMetricsConsumer(Guarded):
+    """Forwards the runners' per-second summaries (Redis pub/sub `<prefix>:metrics:<deployment>`, see
+    contract.redis_keys) to one page, through the process's one subscription (``inference.metrics_hub``).
 
     Only members of the deployment's team may subscribe; the runners publish whether or not anyone listens.
     """
 
+    action = "deployment.read"
+
     async def connect(self):
-        name = self.scope["url_route"]["kwargs"]["name"]
-        if not await database_sync_to_async(_may_watch)(self.scope, name):
+        if not await self.admit():
+            return
+        self.deployment = self.scope["url_route"]["kwargs"]["name"]
+        watched = await database_sync_to_async(_may_watch)(self.scope, self.deployment)
+        if watched is None:
             await self.close(code=4404)
             return
+        self.scope["lantau_team_id"], replica_ids = watched
         await self.accept()
-        self.redis = aioredis.Redis.from_url(settings.REDIS_URL)
-        self.pubsub = self.redis.pubsub()
-        await self.pubsub.subscribe(RedisKeys(settings.REDIS_PREFIX).metrics_channel(name))
-        for raw in await _latest(
-            self.redis, name
-        ):  # the last second of each replica, for an instant first point
-            await self.send(text_data=raw.decode())
+        self.watch()
+        self.hub = metrics_hub.hub()
+        self.queue = await self.hub.subscribe(self.deployment)
+        for text in await self.hub.latest(self.deployment, replica_ids):
+            await self.send(text_data=text)
         self.pump = asyncio.create_task(self._pump())
 
     async def _pump(self):
-        async for message in self.pubsub.listen():
-            if message["type"] == "message":
-                await self.send(text_data=message["data"].decode())
+        while True:
+            await self.send(text_data=await self.queue.get())
 
     async def disconnect(self, code):
+        await self.release()
         if hasattr(self, "pump"):
             self.pump.cancel()
-        if hasattr(self, "pubsub"):
-            await self.pubsub.aclose()
-            await self.redis.aclose()
+        if hasattr(self, "queue"):
+            await self.hub.unsubscribe(self.deployment, self.queue)
 
     async def receive_json(self, content, **kwargs):
         pass
 
 
-def _may_watch(scope: dict, name: str) -> bool:
+def _may_watch(scope: dict, name: str) -> tuple[int, list[int]] | None:
+    """(team id, the deployment's replica ids) when the caller may watch it; None otherwise."""
     membership = membership_for_scope(scope)
     if membership is None or not membership_allows(membership, "deployment.read"):
-        return False
-    return Deployment.objects.filter(team=membership.team, name=name).exists()
-
-
-async def _latest(redis, name: str) -> list[bytes]:
-    keys = [
-        key
-        async for key in redis.scan_iter(
-            match=RedisKeys(settings.REDIS_PREFIX).metrics_last_pattern(name), count=100
-        )
-    ]
-    values = await redis.mget(keys) if keys else []
-    return [v for v in values if v]
+        return None
+    deployment = Deployment.objects.filter(team=membership.team, name=name).first()
+    if deployment is None:
+        return None
+    return membership.team_id, list(deployment.replica_set.values_list("pk", flat=True))

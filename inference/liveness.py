@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, cast
@@ -24,6 +25,7 @@ from redis.exceptions import RedisError
 from contract.redis_keys import RedisKeys
 
 log = logging.getLogger("lantau.nodes")
+NODE_NAME = re.compile(r"[-a-zA-Z0-9_]{1,64}")  # Node.name is a SlugField(max_length=64)
 INVENTORY_TTL_S = 600
 
 
@@ -91,7 +93,13 @@ def seen_all() -> dict[str, float]:
         pairs = _redis().zrange(_names().nodes_seen(), 0, -1, withscores=True)
     except (RedisError, OSError):
         return {}
-    return {(n.decode() if isinstance(n, bytes) else str(n)): float(t) for n, t in cast(Any, pairs)}
+    # Node names are slugs; a member that is not one (not UTF-8, planted) names no node and is skipped.
+    out = {}
+    for n, t in cast(Any, pairs):
+        name = n.decode(errors="replace") if isinstance(n, bytes) else str(n)
+        if NODE_NAME.fullmatch(name):
+            out[name] = float(t)
+    return out
 
 
 def inventories(names: list[str]) -> dict[str, dict]:
@@ -106,9 +114,11 @@ def inventories(names: list[str]) -> dict[str, dict]:
     for name, raw in zip(names, cast(Any, raws), strict=True):
         if raw:
             try:
-                out[name] = json.loads(raw)
-            except ValueError:
+                inventory = json.loads(raw)
+            except (ValueError, RecursionError):
                 continue
+            if isinstance(inventory, dict):
+                out[name] = inventory
     return out
 
 

@@ -1,12 +1,16 @@
 """Console pages for nodes: the list, a page per node with live charts, admin actions and join tokens.
 
-Nodes are install-wide (every team's replicas share them); a node page shows only the replicas of the
-viewer's team. Cordon, drain, remove and join tokens need `node.manage` (`accounts.permissions`), checked
-here before the service is called and again by the service itself.
+The shared fleet is install-wide (every team's replicas share it); a team's own nodes are listed to that
+team alone, and a node page shows only the replicas of the viewer's team. Cordon, drain, remove and join
+tokens need an install administrator (`accounts.install_admin`; a team's own nodes also its owners and
+admins), checked here before the service is called and again by the service itself.
 """
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
@@ -14,19 +18,32 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from accounts.decorators import member_required
+from accounts.install_admin import NOT_ADMIN, is_install_admin
 from accounts.permissions import membership_allows
 from core.errors import ApplicationError, ValidationFailed
 from core.forms import form_int
 from inference import selectors
 from inference.models import Node, Region
+from inference.services import node_join
 from inference.services import nodes as node_services
 
 NODE_ACTIONS = ("cordon", "uncordon", "drain", "remove")
+ACTION_DONE = {"cordon": "cordoned, it takes no new replicas", "uncordon": "takes new replicas again",
+               "drain": "draining, its replicas move once their replacements are ready",
+               "remove": "removed, its replicas are being placed elsewhere"}  # fmt: skip
 JOIN_SESSION = "lantau-new-join-token"
 
 
-def _may_manage(membership) -> bool:
-    return membership_allows(membership, "node.manage")
+def _may_manage(request, membership, node: Node | None = None) -> bool:
+    """Whether to show the node actions: the services check again."""
+    if is_install_admin(request.user):
+        return True
+    own = node is not None and node.team_id == membership.team_id
+    return own and settings.TEAM_NODES and membership_allows(membership, "node.manage")
+
+
+def _may_bring_nodes(membership) -> bool:
+    return settings.TEAM_NODES and membership_allows(membership, "node.manage")
 
 
 def parse_labels(text: str) -> dict[str, str]:
@@ -51,8 +68,9 @@ def labels_text(labels: dict | None) -> str:
 def node_list(request, membership):
     """Every node with its region, state, load and GPUs; admins also get "add a node"."""
     context = {
-        "nodes": list(selectors.nodes_with_load()),
-        "can_manage": _may_manage(membership),
+        "nodes": list(selectors.nodes_with_load(team=membership.team)),
+        "can_manage": is_install_admin(request.user),
+        "can_bring": _may_bring_nodes(membership),
         "regions": Region.choices,
         "join": request.session.pop(JOIN_SESSION, None),  # shown once, after the redirect
     }
@@ -61,16 +79,16 @@ def node_list(request, membership):
 
 @member_required
 def node_detail(request, membership, name: str):
-    node = Node.objects.filter(name=name).first()
+    node = node_services.nodes_visible(team=membership.team).filter(name=name).first()
     if node is None:
         raise Http404("node not found")
     context = {
         "node": node,
         "labels": labels_text(node.labels),
-        "inventory": selectors.node_inventory_rows(node),
+        "inventory": selectors.node_inventory_rows(node, full=is_install_admin(request.user)),
         "replicas": selectors.node_replicas_for_team(node=node, team=membership.team),
         "slots_used": node.replicas.count(),
-        "can_manage": _may_manage(membership),
+        "can_manage": _may_manage(request, membership, node),
     }
     return render(request, "inference/node_detail.html", context)
 
@@ -78,18 +96,18 @@ def node_detail(request, membership, name: str):
 @member_required
 @require_POST
 def node_action(request, membership, name: str):
-    if not _may_manage(membership):
-        raise PermissionDenied(f"your role ({membership.role}) does not allow node.manage")
     action = request.POST.get("action", "")
-    node = Node.objects.filter(name=name).first()
+    node = node_services.nodes_visible(team=membership.team).filter(name=name).first()
     if node is None:
         raise Http404("node not found")
+    if not _may_manage(request, membership, node):
+        raise PermissionDenied(NOT_ADMIN)
     try:
         if action not in NODE_ACTIONS:
             raise ValidationFailed(f"unknown action; choose one of {', '.join(NODE_ACTIONS)}")
         service = getattr(node_services, f"node_{action}")
         service(actor=request.user, node=node)
-        messages.success(request, f"{name}: {action} done.")
+        messages.success(request, f"{name}: {ACTION_DONE[action]}.")
     except ApplicationError as exc:
         messages.error(request, exc.message)
     if action == "remove" and not Node.objects.filter(pk=node.pk).exists():
@@ -101,9 +119,10 @@ def node_action(request, membership, name: str):
 @require_POST
 def node_join_token(request, membership):
     """Create a join token; the list page shows it once with the commands for a new host (POST, redirect,
-    GET: a reload makes no second token)."""
-    if not _may_manage(membership):
-        raise PermissionDenied(f"your role ({membership.role}) does not allow node.manage")
+    GET: a reload makes no second token). ``for_team`` makes a node of the current team alone."""
+    for_team = request.POST.get("for_team") == "1"
+    if not (_may_bring_nodes(membership) if for_team else is_install_admin(request.user)):
+        raise PermissionDenied(NOT_ADMIN)
     region = request.POST.get("region", "")
     try:
         if region not in Region.values:
@@ -112,9 +131,9 @@ def node_join_token(request, membership):
         ttl_s = form_int(request.POST, "ttl_s", default=3600)
         if not 60 <= ttl_s <= 7 * 86400:
             raise ValidationFailed("the token must stay valid between 1 minute and 7 days")
-        _, clear = node_services.join_token_create(
+        _, clear = node_join.join_token_create(
             actor=request.user, region=region, labels=labels, ttl_s=ttl_s,
-            name_hint=request.POST.get("name_hint", "").strip(),
+            name_hint=request.POST.get("name_hint", "").strip(), team=membership.team, for_team=for_team,
         )  # fmt: skip
     except ApplicationError as exc:
         messages.error(request, exc.message)
@@ -131,12 +150,20 @@ def node_join_token(request, membership):
 
 def join_instructions(*, console: str, region: str, token: str) -> dict[str, str]:
     """Copy-paste commands for a new host, docker and pip (docs/deployment.md, "Node agents"). The token
-    goes into a 0600 file or the environment, never onto a command line (`ps` shows those)."""
+    goes into a 0600 file or the environment, never onto a command line (`ps` shows those). A console
+    reached over plain HTTP needs the agent's ``--allow-insecure-console``, said in the commands."""
+    host = urlsplit(console).hostname or ""
+    insecure = console.startswith("http://") and not (host in ("localhost", "::1") or host.startswith("127."))
+    warning = (
+        "# the console is reached over plain HTTP: only on a private network you trust\n" if insecure else ""
+    )
     docker = (
         "# on the new host (repository checkout; for GPUs: NVIDIA driver + Container Toolkit)\n"
-        "install -m 600 /dev/null docker/node.env\n"
+        + warning
+        + "install -m 600 /dev/null docker/node.env\n"
         f"printf 'LANTAU_JOIN_TOKEN=%s\\nLANTAU_REDIS_URL=%s\\n' '{token}' '<redis url>' > docker/node.env\n"
-        f"CONSOLE_URL={console} NODE_REGION={region} ADVERTISE_HOST=<this host's private address> \\\n"
+        + ("echo LANTAU_ALLOW_INSECURE_CONSOLE=1 >> docker/node.env\n" if insecure else "")
+        + f"CONSOLE_URL={console} NODE_REGION={region} ADVERTISE_HOST=<this host's private address> \\\n"
         "  docker compose -f docker/compose.node.yaml up -d"
     )
     pip = (
@@ -144,7 +171,9 @@ def join_instructions(*, console: str, region: str, token: str) -> dict[str, str
         "python -m venv lantau && . lantau/bin/activate && pip install 'lantau[gpu]'\n"
         "install -m 600 /dev/null join.token\n"
         f"printf '%s' '{token}' > join.token\n"
-        f"LANTAU_JOIN_TOKEN=$(cat join.token) python -m inference.agent --console {console} \\\n"
-        f"  --region {region} --advertise-host <this host's private address>"
+        + warning
+        + f"LANTAU_JOIN_TOKEN=$(cat join.token) python -m inference.agent --console {console} \\\n"
+        + ("  --allow-insecure-console \\\n" if insecure else "")
+        + f"  --region {region} --advertise-host <this host's private address>"
     )
     return {"docker": docker, "pip": pip}

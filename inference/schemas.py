@@ -226,6 +226,11 @@ class NodeOut(Schema):
     inventory: dict
     last_heartbeat_at: datetime | None
     replicas: int
+    team: str | None = Field(None, description="the team a team-brought node serves alone; null: shared")
+
+    @staticmethod
+    def resolve_team(obj):
+        return obj.team.name if obj.team_id else None
 
     @staticmethod
     def resolve_replicas(obj):
@@ -274,11 +279,43 @@ class NodeCredentialOut(Schema):
     node_token: str
 
 
+class NodePoolIn(Schema):
+    model_config = {"extra": "forbid"}
+    name: str
+    selector: dict = Field({}, description="labels a node must all carry to be in the pool")
+    nodes: list[str] = Field([], description="nodes in the pool by name, whatever their labels")
+
+
+class NodePoolOut(Schema):
+    name: str
+    selector: dict
+    nodes: list[str]
+    created_at: datetime
+
+
+class FleetGrantIn(Schema):
+    model_config = {"extra": "forbid"}
+    pools: list[str] = Field([], description="node pools the team may use; empty: every shared node")
+    max_replicas: int | None = Field(None, ge=0, description="replicas across the team's deployments")
+    max_gpus: int | None = Field(None, ge=0, description="GPU replicas (each holds one GPU)")
+    max_gpu_memory_bytes: int | None = Field(None, ge=0, description="GPU memory its replicas may take")
+
+
+class FleetGrantOut(Schema):
+    team: str
+    team_id: int
+    pools: list[str]
+    max_replicas: int | None
+    max_gpus: int | None
+    max_gpu_memory_bytes: int | None
+
+
 class JoinTokenIn(Schema):
     region: str
     labels: dict = {}
     ttl_s: int = 3600
     name_hint: str = ""
+    for_team: bool = Field(False, description="a node the current team alone uses (needs LANTAU_TEAM_NODES)")
 
 
 class JoinTokenOut(Schema):

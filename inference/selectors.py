@@ -126,9 +126,11 @@ def nodes_all() -> QuerySet[Node]:
     return Node.objects.all()
 
 
-def nodes_with_load() -> QuerySet[Node]:
-    """Every node (install-wide) with ``replica_count``: how many of its slots are taken, by any team."""
-    return Node.objects.annotate(replica_count=Count("replicas")).order_by("region", "name")
+def nodes_with_load(*, team: Team | None = None) -> QuerySet[Node]:
+    """The shared fleet and ``team``'s own nodes (every node when None) with ``replica_count``: how many
+    of a node's slots are taken, by any team. Another team's own nodes are not listed."""
+    qs = Node.objects.all() if team is None else Node.objects.filter(Q(team__isnull=True) | Q(team=team))
+    return qs.select_related("team").annotate(replica_count=Count("replicas")).order_by("region", "name")
 
 
 def node_replicas_for_team(*, node: Node, team: Team) -> QuerySet[Replica]:
@@ -143,8 +145,18 @@ def node_replicas_for_team(*, node: Node, team: Team) -> QuerySet[Replica]:
 _GIB = 2**30
 
 
-def node_inventory_rows(node: Node) -> list[tuple[str, str]]:
-    """The inventory a node's agent reported, as (what, value) rows for people."""
+HOST_ROWS = ("Host", "Runtimes", "Edge")  # where the machine is and what it runs: administrators only
+
+
+def node_inventory_rows(node: Node, *, full: bool = True) -> list[tuple[str, str]]:
+    """The inventory a node's agent reported, as (what, value) rows for people. Without ``full`` (a
+    member who is no install administrator, review L-A) only capacity: cores, memory, disk and GPUs,
+    never the host name, its address, the edge's port or the runtimes' versions."""
+    rows = _inventory_rows(node)
+    return rows if full else [row for row in rows if row[0] not in HOST_ROWS]
+
+
+def _inventory_rows(node: Node) -> list[tuple[str, str]]:
     inv = node.inventory or {}
     rows: list[tuple[str, str]] = []
 

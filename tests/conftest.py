@@ -67,6 +67,14 @@ def team(owner):
 
 
 @pytest.fixture
+def install_admin(owner):
+    """Olivia as an install administrator too (``accounts.install_admin``): she may run the fleet."""
+    owner.is_staff = True
+    owner.save(update_fields=["is_staff"])
+    return owner
+
+
+@pytest.fixture
 def owner_client(owner):
     from django.test import Client
 

@@ -13,6 +13,11 @@ event loop and run by a small pool of threads that keep their connections (``CON
   PostgreSQL written only on change);
 - at most ``HEARTBEAT_THREADS`` heartbeats use PostgreSQL at once, on connections they keep; the rest
   wait for a thread, not for a connection, so people's pages keep theirs;
+- a flood cannot delay real heartbeats (review M-E): before its body is read, a heartbeat needs a
+  well-formed node credential (401 otherwise), and a credential that did not authenticate recently
+  (``KnownCredentials``) spends a global budget of ``LANTAU_HEARTBEAT_UNKNOWN_PER_S`` database checks a
+  second (503 with ``Retry-After`` beyond it: a real new node beats again in two seconds); at most
+  ``HEARTBEAT_MAX_WAITING`` heartbeats wait for a thread (503 beyond);
 - errors keep the project's envelope (``{"error": {"type", "message"}}``) with the statuses the
   management API gives: 401, 400, 409, 413, 422, 503 when the database is unreachable, 500 otherwise.
 """
@@ -22,10 +27,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
+from django.conf import settings
 from django.db import (
     DatabaseError,
     DataError,
@@ -37,8 +45,9 @@ from django.db import (
 
 from contract.apikeys import bearer_token
 from contract.envelope import error_envelope
-from core.errors import ApplicationError, PayloadTooLarge, Unavailable, ValidationFailed
-from inference.api.nodes import heartbeat_answer
+from core.errors import ApplicationError, PayloadTooLarge, Unauthorized, Unavailable, ValidationFailed
+from inference.api.nodes import HEARTBEAT_UNAUTHORIZED, heartbeat_answer
+from inference.services.nodes import token_hash
 
 log = logging.getLogger("lantau.nodes")
 PATH = "/api/v1/nodes/heartbeat"
@@ -57,8 +66,55 @@ _HEADERS = [
     (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
 ]
 
+HEARTBEAT_MAX_WAITING = 256  # heartbeats admitted but not yet on a thread: 200 agents' worth and more
+NODE_CREDENTIAL = re.compile(r"ltn_[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32) after the prefix
+KNOWN_MAX = 100_000
+
 _pool = ThreadPoolExecutor(max_workers=HEARTBEAT_THREADS, thread_name_prefix="heartbeat")
 _local = threading.local()
+
+
+class KnownCredentials:
+    """Digests of node credentials that authenticated recently (a bounded LRU), and the budget of
+    database checks a second for the others: a flood of made-up credentials costs no thread and no
+    query beyond the budget, so real heartbeats keep theirs (review M-E)."""
+
+    def __init__(self) -> None:
+        self.digests: OrderedDict[str, None] = OrderedDict()
+        self.tokens: float | None = None  # full at the first heartbeat: a fleet reconnecting after a restart
+        self.refilled = time.monotonic()
+        self.waiting = 0  # admitted, not yet answered
+        self.refused_unknown = 0  # counted for the tests and the logs
+
+    def admit(self, digest: str) -> bool:
+        if digest in self.digests:
+            self.digests.move_to_end(digest)
+            return True
+        now = time.monotonic()
+        rate = float(settings.HEARTBEAT_UNKNOWN_PER_S)
+        burst = 4 * rate  # four seconds' worth: 200 agents reconnecting at once with the default
+        self.tokens = burst if self.tokens is None else min(burst, self.tokens + (now - self.refilled) * rate)
+        self.refilled = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        self.refused_unknown += 1
+        return False
+
+    def authenticated(self, digest: str) -> None:
+        self.digests[digest] = None
+        self.digests.move_to_end(digest)
+        while len(self.digests) > KNOWN_MAX:
+            self.digests.popitem(last=False)
+
+    def refused(self, digest: str) -> None:
+        self.digests.pop(digest, None)  # removed or rotated: it pays the budget again
+
+
+known = KnownCredentials()
+BUSY = Unavailable(
+    "the console is busy answering heartbeats; beat again shortly", headers={"Retry-After": "1"}
+)
 
 
 def handles(scope: dict) -> bool:
@@ -84,20 +140,44 @@ async def app(scope: dict, receive, send) -> None:
     for key, value in scope.get("headers", ()):
         if key == b"authorization":
             token = bearer_token(value.decode("latin-1"))
+    refusal = _admission(token)
+    if refusal is not None:  # decided before the body is read, without a thread or a query
+        await _send(send, refusal.status, refusal.as_dict(), refusal.headers)
+        return
+    assert token is not None
+    digest = token_hash(token)
+    known.waiting += 1
     try:
-        body = await _read_body(receive)
-    except ApplicationError as exc:
-        await _send(send, exc.status, exc.as_dict(), exc.headers)
-        return
-    except ConnectionAbortedError:  # the agent went away mid-body: nobody to answer
-        return
-    try:
-        answer = await asyncio.get_running_loop().run_in_executor(_pool, _in_thread, token, body)
-    except Exception as exc:  # noqa: BLE001 - every failure is answered in the envelope
-        status, payload, headers = _failure(exc)
-        await _send(send, status, payload, headers)
-        return
-    await _send(send, 200, answer)
+        try:
+            body = await _read_body(receive)
+        except ApplicationError as exc:
+            await _send(send, exc.status, exc.as_dict(), exc.headers)
+            return
+        except ConnectionAbortedError:  # the agent went away mid-body: nobody to answer
+            return
+        try:
+            answer = await asyncio.get_running_loop().run_in_executor(_pool, _in_thread, token, body)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered in the envelope
+            if isinstance(exc, Unauthorized):
+                known.refused(digest)
+            status, payload, headers = _failure(exc)
+            await _send(send, status, payload, headers)
+            return
+        known.authenticated(digest)
+        await _send(send, 200, answer)
+    finally:
+        known.waiting -= 1
+
+
+def _admission(token: str | None) -> ApplicationError | None:
+    """Why this heartbeat is refused before anything is read, or None to go on."""
+    if not token or not NODE_CREDENTIAL.fullmatch(token):
+        return Unauthorized(HEARTBEAT_UNAUTHORIZED)
+    if known.waiting >= HEARTBEAT_MAX_WAITING:
+        return BUSY
+    if not known.admit(token_hash(token)):
+        return BUSY
+    return None
 
 
 def _failure(exc: Exception) -> tuple[int, dict, dict[str, str]]:

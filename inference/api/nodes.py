@@ -1,5 +1,6 @@
-"""Nodes: listed for people, managed by owners and admins (join tokens, cordon, drain, remove,
-credential rotation); joining, heartbeat, credential exchange and artifact download for node agents."""
+"""Nodes: listed for people, managed by install administrators (join tokens, cordon, drain, remove,
+credential rotation; a team's own nodes also by its owners and admins); joining, heartbeat, credential
+exchange and artifact download for node agents."""
 
 import json
 import threading
@@ -68,7 +69,7 @@ def _shown(request, node):
 @router.get("", response=list[NodeOut])
 def node_list(request):
     """Every member sees where capacity is (region, status, mode, labels, replica count)."""
-    return [_shown(request, node) for node in selectors.nodes_with_load()]
+    return [_shown(request, node) for node in selectors.nodes_with_load(team=request.auth.team)]
 
 
 @router.post("/join", auth=None, response={201: NodeJoinOut})
@@ -83,10 +84,12 @@ def node_join_route(request, payload: NodeJoinIn):
 
 @router.post("/join-tokens", response={201: JoinTokenOut})
 def join_token_new(request, payload: JoinTokenIn):
-    """A join token for one new node (owners and admins); the clear token is in this answer only."""
+    """A join token for one new node of the shared fleet (install administrators), or with ``for_team``
+    one the current team alone uses (its owners and admins, when ``LANTAU_TEAM_NODES`` allows); the
+    clear token is in this answer only."""
     token, clear = join_token_create(
         actor=request.auth.user, team=request.auth.team, region=payload.region, labels=payload.labels,
-        ttl_s=payload.ttl_s, name_hint=payload.name_hint,
+        ttl_s=payload.ttl_s, name_hint=payload.name_hint, for_team=payload.for_team,
     )  # fmt: skip
     return Status(201, {"id": token.pk, "join_token": clear, "region": token.region, "labels": token.labels,
                         "name_hint": token.name_hint, "expires_at": token.expires_at})  # fmt: skip
@@ -162,7 +165,7 @@ def artifact_download(request, sha256: str):
 def node_edge_config_route(request, response: HttpResponse):
     """The environment of the edge process this node's agent runs (``--edge-port``): the edge key (a
     secret), the public key of signed entries, Redis and its prefix. Only for a node that joined with
-    a join token an owner or admin made with ``edge`` (label ``lantau.io/edge=true``); 403 otherwise.
+    a join token an install administrator made with ``edge`` (label ``lantau.io/edge=true``); 403 otherwise.
     Declared before ``/{name}``, which would otherwise take the path."""
     response.headers["Cache-Control"] = "no-store"
     return node_edge_config(node=request.auth)
@@ -170,11 +173,13 @@ def node_edge_config_route(request, response: HttpResponse):
 
 @router.get("/{name}", response=NodeOut)
 def node_show(request, name: str):
-    return _shown(request, node_get(name=name))
+    return _shown(request, node_get(name=name, team=request.auth.team))
 
 
 def _act(request, name: str, action) -> object:
-    node = action(actor=request.auth.user, team=request.auth.team, node=node_get(name=name))
+    node = action(
+        actor=request.auth.user, team=request.auth.team, node=node_get(name=name, team=request.auth.team)
+    )
     return _shown(request, node)
 
 
@@ -205,5 +210,7 @@ def node_rotate_route(request, name: str):
 @router.delete("/{name}", response={204: None})
 def node_delete_route(request, name: str):
     """Forget the node (its credential stops working; replicas are placed elsewhere at once)."""
-    node_remove(actor=request.auth.user, team=request.auth.team, node=node_get(name=name))
+    node_remove(
+        actor=request.auth.user, team=request.auth.team, node=node_get(name=name, team=request.auth.team)
+    )
     return Status(204, None)

@@ -1,11 +1,12 @@
 from inference.models.deployments import Deployment, DesiredState, Device, Region, Replica, ReplicaState
 from inference.models.jobs import Job, JobKind, JobLogLine, JobStatus
-from inference.models.nodes import GpuFootprint, JoinToken, Node, NodeMode, NodeStatus
+from inference.models.nodes import FleetGrant, GpuFootprint, JoinToken, Node, NodeMode, NodePool, NodeStatus
 from inference.models.registry import Artifact, ModelFormat, ModelVersion, RegisteredModel, Task
 
 __all__ = [
     "Artifact",
     "Deployment",
+    "FleetGrant",
     "DesiredState",
     "Device",
     "Job",
@@ -18,6 +19,7 @@ __all__ = [
     "JoinToken",
     "Node",
     "NodeMode",
+    "NodePool",
     "NodeStatus",
     "Region",
     "RegisteredModel",

@@ -49,6 +49,11 @@ class Node(models.Model):
     rotate_requested = models.BooleanField(default=False)  # told to the agent in heartbeat answers
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)  # persisted at most every few s
     created_at = models.DateTimeField(auto_now_add=True)
+    # A node a team brought with its own join token (LANTAU_TEAM_NODES): it serves that team alone and
+    # is invisible to the others. None: the shared fleet, run by install administrators.
+    team = models.ForeignKey(
+        "accounts.Team", on_delete=models.CASCADE, null=True, blank=True, related_name="own_nodes"
+    )
 
     class Meta:
         ordering = ["region", "name"]
@@ -91,6 +96,10 @@ class JoinToken(models.Model):
     expires_at = models.DateTimeField()
     used_at = models.DateTimeField(null=True, blank=True)
     used_by = models.CharField(max_length=64, blank=True)  # the node name it let in
+    # The team the node will belong to (a team-brought node); None: the shared fleet.
+    node_team = models.ForeignKey(
+        "accounts.Team", on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -122,3 +131,38 @@ class GpuFootprint(models.Model):
                 fields=["model_version", "gpu_name", "device", "max_batch_size"], name="gpu_footprint_once"
             )
         ]
+
+
+class NodePool(models.Model):
+    """A named part of the shared fleet, defined by install administrators: the nodes whose labels
+    include ``selector`` and the nodes named in ``nodes`` (either may be empty, not both)."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    selector = models.JSONField(default=dict, blank=True)
+    nodes = models.JSONField(default=list, blank=True)  # node names
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def holds(self, node: Node) -> bool:
+        if node.name in (self.nodes or []):
+            return True
+        labels = node.labels or {}
+        return bool(self.selector) and all(labels.get(k) == v for k, v in self.selector.items())
+
+
+class FleetGrant(models.Model):
+    """What one team may use of the shared fleet: the pools (none: every shared node) and caps on its
+    replicas, GPUs and GPU memory across all its deployments (None: no cap). Its own nodes are always
+    its own. Set by install administrators (``services.fleet``)."""
+
+    team = models.OneToOneField("accounts.Team", on_delete=models.CASCADE, related_name="fleet_grant")
+    pools = models.ManyToManyField(NodePool, blank=True, related_name="grants")
+    max_replicas = models.PositiveIntegerField(null=True, blank=True)
+    max_gpus = models.PositiveIntegerField(null=True, blank=True)
+    max_gpu_memory_bytes = models.BigIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)

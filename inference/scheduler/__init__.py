@@ -64,5 +64,10 @@ def take(ask: Ask, choice: Choice) -> None:
     candidate = choice.candidate
     candidate.replicas += 1
     candidate.mine += 1
+    if ask.grant is not None:
+        ask.grant.replicas += 1
     if choice.gpu_index is not None:
         candidate.gpu_free[choice.gpu_index] -= ask.need_on(candidate)
+        if ask.grant is not None:
+            ask.grant.gpus += 1
+            ask.grant.gpu_memory_bytes += ask.need_on(candidate)

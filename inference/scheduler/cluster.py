@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from django.db.models import Q
+
 from inference import liveness
-from inference.models import Deployment, GpuFootprint, ModelVersion, Node, Replica, ReplicaState
+from inference.models import Deployment, FleetGrant, GpuFootprint, ModelVersion, Node, Replica, ReplicaState
 from inference.scheduler.memory import estimate_bytes, with_margin
-from inference.scheduler.types import Ask, Candidate
+from inference.scheduler.types import Ask, Candidate, Grant
 
 
-def ask_for(deployment: Deployment, version: ModelVersion | None = None) -> Ask:
+def ask_for(deployment: Deployment, version: ModelVersion | None = None, *, granted: bool = True) -> Ask:
     """One more replica of ``deployment`` (of ``version``, by default the deployment's): its estimated
-    GPU memory and any measured footprints."""
+    GPU memory and any measured footprints, and (``granted``) what its team may use of the fleet."""
     version = version or deployment.model_version
     measured = GpuFootprint.objects.filter(
         model_version=version, device=deployment.device, max_batch_size=deployment.max_batch_size
@@ -21,7 +23,32 @@ def ask_for(deployment: Deployment, version: ModelVersion | None = None) -> Ask:
         deployment=deployment,
         estimate=estimate_bytes(artifact_bytes=version.size_bytes, max_batch_size=deployment.max_batch_size),
         measured={name: with_margin(n) for name, n in measured},
+        grant=grant_for(deployment) if granted else None,
     )
+
+
+def grant_for(deployment: Deployment) -> Grant:
+    """The team's FleetGrant as placement reads it, with the team's current use when a cap needs it."""
+    team = deployment.team
+    row = FleetGrant.objects.filter(team=team).prefetch_related("pools").first()
+    if row is None:
+        return Grant(team=team.name)
+    grant = Grant(team=team.name, pools=list(row.pools.all()), max_replicas=row.max_replicas,
+                  max_gpus=row.max_gpus, max_gpu_memory_bytes=row.max_gpu_memory_bytes)  # fmt: skip
+    if row.max_replicas is None and row.max_gpus is None and row.max_gpu_memory_bytes is None:
+        return grant
+    mine = Replica.objects.filter(deployment__team=team).select_related("deployment", "model_version", "node")
+    asks: dict[tuple[int, int], Ask] = {}
+    for replica in mine:
+        grant.replicas += 1
+        if replica.gpu_index is None:
+            continue
+        grant.gpus += 1
+        key = (replica.deployment_id, replica.model_version_id)
+        if key not in asks:
+            asks[key] = ask_for(replica.deployment, replica.model_version, granted=False)
+        grant.gpu_memory_bytes += asks[key].need_on(Candidate(node=replica.node))
+    return grant
 
 
 def _gpu_totals(node: Node) -> dict[int, tuple[int, int]]:
@@ -46,7 +73,8 @@ def candidates(deployment: Deployment) -> list[Candidate]:
     A replica that is not ready yet has not taken its memory, so it is subtracted from the reported
     free memory; every replica is subtracted from the GPU's total, in case the report is stale.
     """
-    nodes = list(Node.objects.all())
+    # Another team's own nodes are not this deployment's to see, let alone to use.
+    nodes = list(Node.objects.filter(Q(team__isnull=True) | Q(team_id=deployment.team_id)))
     fresh = liveness.inventories([n.name for n in nodes])
     for node in nodes:  # GPU free memory changes between the row's writes: take the last heartbeat's
         live = fresh.get(node.name) or {}
@@ -68,7 +96,7 @@ def candidates(deployment: Deployment) -> list[Candidate]:
                 continue
             key = (r.deployment_id, r.model_version_id)
             if key not in asks:
-                asks[key] = ask_for(r.deployment, r.model_version)
+                asks[key] = ask_for(r.deployment, r.model_version, granted=False)
             need = asks[key].need_on(candidate)
             assigned[r.gpu_index] += need
             if r.state != ReplicaState.READY:

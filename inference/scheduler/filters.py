@@ -25,6 +25,34 @@ def node_schedulable(ask: Ask, c: Candidate) -> str | None:
     return None if c.node.mode == NodeMode.ACTIVE else f"{c.node.mode}: takes no new replicas"
 
 
+def node_granted(ask: Ask, c: Candidate) -> str | None:
+    """The team's own nodes always; shared nodes in one of its granted pools (all, when none)."""
+    grant = ask.grant
+    if grant is None or c.node.team_id == ask.deployment.team_id:
+        return None
+    if c.node.team_id is not None:  # another team's own node (candidates leaves those out anyway)
+        return f"not granted to team {grant.team}"
+    if grant.pools and not any(pool.holds(c.node) for pool in grant.pools):
+        return f"not granted to team {grant.team} (its pools: {', '.join(p.name for p in grant.pools)})"
+    return None
+
+
+def team_within_caps(ask: Ask, c: Candidate) -> str | None:
+    """The team's caps across all its deployments: replicas, GPUs (a GPU replica holds one), GPU memory."""
+    grant = ask.grant
+    if grant is None:
+        return None
+    if grant.max_replicas is not None and grant.replicas >= grant.max_replicas:
+        return f"team {grant.team} is at its cap of {grant.max_replicas} replicas"
+    if ask.needs_gpu and grant.max_gpus is not None and grant.gpus >= grant.max_gpus:
+        return f"team {grant.team} is at its cap of {grant.max_gpus} GPUs"
+    cap = grant.max_gpu_memory_bytes
+    if ask.needs_gpu and cap is not None and grant.gpu_memory_bytes + ask.need_on(c) > cap:
+        return (f"team {grant.team} would pass its GPU memory cap ({gib(grant.gpu_memory_bytes)} used "
+                f"+ {gib(ask.need_on(c))} > {gib(cap)})")  # fmt: skip
+    return None
+
+
 def labels_match(ask: Ask, c: Candidate) -> str | None:
     wanted = ask.deployment.node_selector or {}
     labels = c.node.labels or {}
@@ -71,6 +99,8 @@ def pick_gpu(ask: Ask, c: Candidate) -> int | None:
 
 
 FILTERS: Sequence[Filter] = (
+    node_granted,
+    team_within_caps,
     node_ready,
     node_schedulable,
     labels_match,

@@ -5,17 +5,36 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from inference.models import Deployment, Node
+from inference.models import Deployment, Node, NodePool
+
+
+@dataclass
+class Grant:
+    """What the deployment's team may use of the fleet (``FleetGrant``) and what it uses now.
+
+    ``pools`` empty: every shared node. Caps are None when not set. The usage counts grow as a pass
+    places replicas (``scheduler.take``), so one pass never goes past a cap either."""
+
+    team: str
+    pools: list[NodePool] = field(default_factory=list)
+    max_replicas: int | None = None
+    max_gpus: int | None = None
+    max_gpu_memory_bytes: int | None = None
+    replicas: int = 0
+    gpus: int = 0
+    gpu_memory_bytes: int = 0
 
 
 @dataclass
 class Ask:
     """One more replica of ``deployment``; ``estimate`` is the GPU memory it is expected to take,
-    ``measured`` what runners of this version actually took, by GPU name (preferred when known)."""
+    ``measured`` what runners of this version actually took, by GPU name (preferred when known);
+    ``grant`` what its team may use (None: no limits, as for the asks built to count memory)."""
 
     deployment: Deployment
     estimate: int = 0
     measured: dict[str, int] = field(default_factory=dict)
+    grant: Grant | None = None
 
     @property
     def needs_gpu(self) -> bool:

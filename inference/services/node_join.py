@@ -1,7 +1,7 @@
 """Joining: an operator makes a single-use, expiring join token; a new node's agent exchanges it for
 its own credential. Both secrets are stored as SHA-256 only and shown once.
 
-Labels under ``lantau.io/`` are reserved: only a join token (made by an owner or admin) may carry them,
+Labels under ``lantau.io/`` are reserved: only a join token (made by an install administrator) may carry them,
 never the joining node. ``lantau.io/edge=true`` lets the node's agent run its region's edge: it alone
 may fetch the edge's secrets (``node_edge_config``, ``GET /api/v1/nodes/edge-config``)."""
 
@@ -11,11 +11,13 @@ import re
 import secrets
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from accounts.install_admin import audit_fleet
 from accounts.models import Team
-from accounts.services import audit_record
+from accounts.permissions import permission_require
 from core.errors import Conflict, Forbidden, Unauthorized, ValidationFailed
 from inference.models import JoinToken, Node, NodeMode, NodeStatus, Region
 from inference.routes_publish import edge_environment
@@ -56,7 +58,7 @@ def _reserved_check(labels: dict[str, str], *, from_node: bool) -> None:
             continue
         if from_node:
             raise ValidationFailed(
-                f"labels: {key!r} is reserved; only the join token an owner or admin made may carry it"
+                f"labels: {key!r} is reserved; only a join token an install administrator made may carry it"
             )
         if value not in RESERVED_LABELS.get(key, ()):
             known = ", ".join(f"{k}={'|'.join(sorted(v))}" for k, v in RESERVED_LABELS.items())
@@ -81,10 +83,18 @@ def join_token_create(
     name_hint: str = "",
     team: Team | None = None,
     edge: bool = False,
+    for_team: bool = False,
 ) -> tuple[JoinToken, str]:
     """A join token for one new node in ``region`` carrying ``labels``; the clear token is returned once.
-    ``edge`` (the same as the label ``lantau.io/edge=true``) lets that node run its region's edge."""
-    node_require_manager(actor=actor, team=team)
+
+    Install administrators make tokens for the shared fleet; ``edge`` (the same as the label
+    ``lantau.io/edge=true``) lets that node run its region's edge. With ``for_team`` (and
+    ``LANTAU_TEAM_NODES``) the node belongs to ``team`` alone, and its owners and admins may make the
+    token; such a node never runs an edge nor receives another team's replica (review H-A)."""
+    if for_team:
+        _team_token_check(actor=actor, team=team, labels=labels, edge=edge)
+    else:
+        node_require_manager(actor=actor, team=team)
     _region_check(region)
     labels = labels_validate(labels)
     _reserved_check(labels, from_node=False)
@@ -98,12 +108,23 @@ def join_token_create(
     with transaction.atomic():
         token = JoinToken.objects.create(
             token_prefix=clear[:12], token_hash=token_hash(clear), region=region, labels=labels,
-            name_hint=name_hint, team=team, created_by=actor,
+            name_hint=name_hint, team=team, created_by=actor, node_team=team if for_team else None,
             expires_at=timezone.now() + timedelta(seconds=ttl_s),
         )  # fmt: skip
-        audit_record(team=team, actor=actor, action="node.join_token", target=token.token_prefix,
-                     data={"region": region, "labels": labels, "ttl_s": ttl_s})  # fmt: skip
+        audit_fleet(actor=actor, action="node.join_token", target=token.token_prefix,
+                    teams=[team.pk] if team is not None else [],
+                    data={"region": region, "labels": labels, "ttl_s": ttl_s, "for_team": for_team})  # fmt: skip
     return token, clear
+
+
+def _team_token_check(*, actor, team: Team | None, labels: dict[str, str], edge: bool) -> None:
+    if not settings.TEAM_NODES:
+        raise Forbidden("teams may not bring their own nodes on this install (LANTAU_TEAM_NODES is off)")
+    if team is None:
+        raise ValidationFailed("a team's own node needs a current team")
+    permission_require(team=team, user=actor, action="node.manage")
+    if edge or any(key.startswith(RESERVED_PREFIX) for key in labels):
+        raise Forbidden(f"a team's own node cannot carry {RESERVED_PREFIX} labels (edges serve every team)")
 
 
 def node_join(*, join_token: str, name: str, region: str, labels: dict[str, str]) -> tuple[Node, str]:
@@ -131,10 +152,12 @@ def node_join(*, join_token: str, name: str, region: str, labels: dict[str, str]
         )
         if not claimed:  # another request won the race for the same token
             raise Conflict("this join token was already used; ask an operator for a new one")
-        node = _node_claim(name=name, region=region, labels={**labels, **token.labels}, clear=clear)
-        audit_record(team=token.team, actor=None, action="node.join", target=name,
-                     data={"region": region, "join_token": token.token_prefix,
-                           "edge": node_is_edge(node)})  # fmt: skip
+        node = _node_claim(name=name, region=region, labels={**labels, **token.labels}, clear=clear,
+                           team_id=token.node_team_id)  # fmt: skip
+        audit_fleet(actor=None, action="node.join", target=name,
+                    teams=[t for t in (token.team_id, token.node_team_id) if t is not None],
+                    data={"region": region, "join_token": token.token_prefix, "edge": node_is_edge(node),
+                          "team_node": token.node_team_id is not None})  # fmt: skip
     return node, clear
 
 
@@ -144,20 +167,23 @@ def node_edge_config(*, node: Node) -> dict:
     nodes that joined with an edge token (403 otherwise). Each hand-out is an audit event."""
     if not node_is_edge(node):
         raise Forbidden(
-            f"node {node.name!r} may not run an edge: join it with a join token an owner or admin made "
+            f"node {node.name!r} may not run an edge: join it with a join token an install administrator made "
             f"with edge (label {EDGE_LABEL}=true)"
         )
-    audit_record(team=None, actor=None, action="node.edge_config", target=node.name,
-                 data={"region": node.region})  # fmt: skip
+    audit_fleet(actor=None, action="node.edge_config", target=node.name, data={"region": node.region})
     return {"node": node.name, "region": node.region, "environment": edge_environment()}
 
 
-def _node_claim(*, name: str, region: str, labels: dict[str, str], clear: str) -> Node:
+def _node_claim(*, name: str, region: str, labels: dict[str, str], clear: str, team_id: int | None) -> Node:
     existing = Node.objects.select_for_update().filter(name=name).first()
     if existing is not None and existing.status == NodeStatus.ONLINE:
         raise Conflict(f"a ready node is already called {name!r}; choose another name")
+    if existing is not None and existing.team_id != team_id:
+        # A team's token cannot take over a shared node (or another team's) with its replicas, nor the
+        # other way round: re-joining under a name is for the same owner's machine (review H-A).
+        raise Conflict(f"a node is already called {name!r}; choose another name")
     fields = {"region": region, "labels": labels, "token_prefix": clear[:12], "token_hash": token_hash(clear),
-              "rotate_requested": False}  # fmt: skip
+              "rotate_requested": False, "team_id": team_id}  # fmt: skip
     if existing is None:
         try:
             with transaction.atomic():

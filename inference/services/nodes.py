@@ -20,10 +20,12 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 
+from accounts.install_admin import NOT_ADMIN, audit_fleet, is_install_admin
 from accounts.keyhash import verify_key_text
 from accounts.models import Membership, Team
-from accounts.permissions import permission_require, role_allows
+from accounts.permissions import role_allows
 from accounts.services import audit_record
 from contract.generation import GenerationSpec
 from contract.manifest import ManifestError, ModelManifest, Preprocessing, Task
@@ -477,35 +479,53 @@ def nodes_sweep() -> int:
 # ---- operators' lifecycle actions (C2's node page buttons and the API call these) ----------------
 
 
-def node_require_manager(*, actor, team: Team | None = None) -> None:
-    """Refuse people whose role lacks ``node.manage`` (owners and admins): in ``team`` when given (the
-    API's current team), else in any of their teams. Nodes serve the whole install."""
-    if team is not None:
-        permission_require(team=team, user=actor, action="node.manage")
+def node_require_manager(*, actor, team: Team | None = None, node: Node | None = None) -> None:
+    """Refuse anyone but install administrators (``accounts.install_admin``): the shared fleet serves
+    every team, so no team role manages it (review H-A). The one exception is a node a team brought
+    itself (``Node.team``, with ``LANTAU_TEAM_NODES``): that team's owners and admins (``node.manage``)
+    manage it too. ``team`` is the caller's current team, kept for the callers that pass it."""
+    if is_install_admin(actor):
         return
-    if actor is not None and getattr(actor, "is_superuser", False):
-        return
-    roles = set(Membership.objects.filter(user=actor).values_list("role", flat=True)) if actor else set()
-    if not any(role_allows(role, "node.manage") for role in roles):
-        shown = ", ".join(sorted(roles)) or "none"
-        raise Forbidden(f"your role ({shown}) does not allow node.manage")
+    if node is not None and node.team_id is not None and settings.TEAM_NODES:
+        membership = Membership.objects.filter(team_id=node.team_id, user=actor).first() if actor else None
+        if membership is not None and role_allows(membership.role, "node.manage"):
+            return
+        if membership is not None:
+            raise Forbidden(f"your role ({membership.role}) does not allow node.manage")
+    raise Forbidden(NOT_ADMIN)
 
 
-def node_get(*, name: str) -> Node:
-    node = Node.objects.filter(name=name).first()
+def node_teams(node: Node) -> list[int]:
+    """The teams a node action touches: those with replicas on it, and its own team."""
+    teams = set(Replica.objects.filter(node=node).values_list("deployment__team_id", flat=True))
+    if node.team_id is not None:
+        teams.add(node.team_id)
+    return sorted(teams)
+
+
+def nodes_visible(*, team: Team | None):
+    """The nodes a member of ``team`` sees: the shared fleet and the team's own (None: every node)."""
+    qs = Node.objects.all()
+    return qs if team is None else qs.filter(Q(team__isnull=True) | Q(team=team))
+
+
+def node_get(*, name: str, team: Team | None = None) -> Node:
+    """The node called ``name``; with ``team``, only one that team may see (404 for another team's own)."""
+    node = nodes_visible(team=team).filter(name=name).first()
     if node is None:
         raise NotFound(f"node {name!r} not found")
     return node
 
 
 def _mode_set(*, actor, node: Node, mode: str, team: Team | None) -> Node:
-    node_require_manager(actor=actor, team=team)
+    node_require_manager(actor=actor, team=team, node=node)
     with transaction.atomic():
         before = Node.objects.select_for_update().get(pk=node.pk).mode
         Node.objects.filter(pk=node.pk).update(mode=mode)
         node.mode = mode
-        audit_record(team=None, actor=actor, action=f"node.{mode}" if mode != NodeMode.ACTIVE else "node.uncordon",
-                     target=node.name, before={"mode": before}, after={"mode": mode})  # fmt: skip
+        audit_fleet(actor=actor, action=f"node.{mode}" if mode != NodeMode.ACTIVE else "node.uncordon",
+                    target=node.name, teams=node_teams(node), before={"mode": before},
+                    after={"mode": mode})  # fmt: skip
         _reconcile_all_later()
     return node
 
@@ -528,22 +548,23 @@ def node_drain(*, actor, node: Node, team: Team | None = None) -> Node:
 def node_remove(*, actor, node: Node, team: Team | None = None) -> None:
     """Forget the node: its credential stops working and its replicas are placed elsewhere at once
     (drain first to move them without failed requests). It may join again under the same name."""
-    node_require_manager(actor=actor, team=team)
+    node_require_manager(actor=actor, team=team, node=node)
     with transaction.atomic():
         name = node.name
+        teams = node_teams(node)
         Node.objects.filter(pk=node.pk).delete()  # its replicas go with it
-        audit_record(team=None, actor=actor, action="node.remove", target=name)
+        audit_fleet(actor=actor, action="node.remove", target=name, teams=teams)
         _reconcile_all_later()
     transaction.on_commit(lambda: liveness.forget(name))
 
 
 def node_rotate_request(*, actor, node: Node, team: Team | None = None) -> Node:
     """Ask the node's agent (in its next heartbeat answer) to exchange its credential for a new one."""
-    node_require_manager(actor=actor, team=team)
+    node_require_manager(actor=actor, team=team, node=node)
     with transaction.atomic():
         Node.objects.filter(pk=node.pk).update(rotate_requested=True)
         node.rotate_requested = True
-        audit_record(team=None, actor=actor, action="node.rotate", target=node.name)
+        audit_fleet(actor=actor, action="node.rotate", target=node.name, teams=node_teams(node))
     return node
 
 
@@ -554,5 +575,5 @@ def node_credential_rotate(*, node: Node) -> str:
         Node.objects.filter(pk=node.pk).update(
             token_prefix=token[:12], token_hash=token_hash(token), rotate_requested=False
         )
-        audit_record(team=None, actor=None, action="node.credential", target=node.name)
+        audit_fleet(actor=None, action="node.credential", target=node.name, teams=node_teams(node))
     return token

@@ -53,7 +53,7 @@ def edge_node(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     """Deployment ``agent-edge-colours`` serving, and the edge agent ``hk-edge`` started; removed afterwards
     (its agent stopped, the node forgotten, the deployment deleted) so later tests see the stack as before."""
     workdir = tmp_path_factory.mktemp("edge-agent")
-    keys = stack.owner_keys("edge-owner", "edge-agents")
+    keys = stack.owner_keys("edge-owner", "edge-agents", install_admin=True)  # edge join tokens
     manage, infer = keys["manage"], keys["inference"]
     deploy_colours(stack, manage, NAME, workdir, replicas=1)
     with stack.client(manage) as api:  # an owner's edge join token, made through the API

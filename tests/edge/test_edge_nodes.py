@@ -18,7 +18,7 @@ from inference.services.node_join import EDGE_LABEL, join_token_create
 from inference.services.nodes import node_token_create
 from tests.support import people
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("install_admin")]  # Olivia runs the fleet
 CONFIG = "/api/v1/nodes/edge-config"
 
 
@@ -87,9 +87,15 @@ def test_a_joining_node_cannot_claim_the_edge_label_itself(owner, team):
     assert EDGE_LABEL not in Node.objects.get(name="hk-edge").labels
 
 
-def test_only_owners_and_admins_make_edge_tokens_and_only_known_reserved_labels(owner_client, owner, team):
+def test_only_install_administrators_make_edge_tokens_and_only_known_reserved_labels(
+    owner_client, owner, team
+):
     body = {"region": "hk", "labels": {EDGE_LABEL: "true"}}
-    for role, status in (("admin", 201), ("member", 403), ("viewer", 403)):
+    assert (
+        owner_client.post("/api/v1/nodes/join-tokens", body, content_type="application/json").status_code
+        == 201
+    )
+    for role, status in (("owner", 403), ("admin", 403), ("member", 403), ("viewer", 403)):  # team roles
         client = Client()
         client.force_login(people.person(f"edge-{role}", team.name, role))
         made = client.post("/api/v1/nodes/join-tokens", body, content_type="application/json")

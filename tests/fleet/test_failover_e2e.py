@@ -85,6 +85,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         stack.start_node("hk-b", "hk", labels={"tier": "edge"}, join=True)  # joins with a join token
         stack.start_node("us-a", "us")
         stack.user("fleet-owner", "fleet", "owner")
+        stack.manage("install_admin", "--grant", "fleet-owner")  # the drain test drains a shared node
         keys = {
             "manage": stack.api_key("fleet-owner", "manage"),
             "infer": stack.api_key("fleet-owner", "inference"),

@@ -17,7 +17,10 @@ from inference.services.deployments import DeploymentSpec, deployment_create, de
 from inference.services.nodes import node_credential_rotate, node_remove, node_token_create
 
 # The pool's threads read with connections of their own, so the rows must be committed.
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("install_admin"),
+]  # Olivia runs the fleet
 
 
 class CountingPool(ThreadPoolExecutor):
@@ -142,14 +145,14 @@ def test_a_lost_database_is_a_503_and_a_bug_a_500_in_the_envelope(pool, monkeypa
         raise OperationalError("connection refused")
 
     monkeypatch.setattr(heartbeat, "heartbeat_answer", lost)
-    status, headers, answer = call(beat_body(), "ltn_any")
+    status, headers, answer = call(beat_body(), "ltn_" + "a" * 43)
     assert status == 503 and headers[b"retry-after"] == b"5" and answer["error"]["type"] == "unavailable"
 
     def bug(token, body):
         raise KeyError("secret detail")
 
     monkeypatch.setattr(heartbeat, "heartbeat_answer", bug)
-    status, _, answer = call(beat_body(), "ltn_any")
+    status, _, answer = call(beat_body(), "ltn_" + "a" * 43)
     assert (
         status == 500 and answer["error"]["type"] == "internal_error" and "secret" not in json.dumps(answer)
     )

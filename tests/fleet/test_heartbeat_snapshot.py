@@ -66,7 +66,7 @@ def test_a_steady_heartbeat_is_one_read(placed):
     assert beat(token) == first and first["replicas"][0]["id"] == replica.pk
 
 
-def test_changes_made_behind_its_back_are_answered_at_the_next_heartbeat(placed, owner):
+def test_changes_made_behind_its_back_are_answered_at_the_next_heartbeat(placed, owner, install_admin):
     token, deployment, replica = placed
     beat(token)
     Deployment.objects.filter(pk=deployment.pk).update(max_batch_size=3)  # no signal, no save()

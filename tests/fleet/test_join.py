@@ -7,11 +7,12 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from accounts.install_admin import NOT_ADMIN
 from inference.models import JoinToken, Node
 from inference.services.node_join import join_token_create
 from inference.services.nodes import token_hash
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("install_admin")]  # Olivia runs the fleet
 
 
 def post(client, path, body):
@@ -39,10 +40,7 @@ def test_an_owner_makes_a_join_token_shown_once_and_stored_hashed(owner_client):
 
 def test_members_and_viewers_may_not_make_join_tokens_or_manage_nodes(member_client, viewer, node_hk_cpu):
     r = post(member_client, "/api/v1/nodes/join-tokens", {"region": "hk"})
-    assert (
-        r.status_code == 403
-        and r.json()["error"]["message"] == "your role (member) does not allow node.manage"
-    )
+    assert r.status_code == 403 and r.json()["error"]["message"] == NOT_ADMIN
     for action in ("cordon", "uncordon", "drain", "rotate"):
         assert member_client.post(f"/api/v1/nodes/hk-cpu-1/{action}").status_code == 403
     assert member_client.delete("/api/v1/nodes/hk-cpu-1").status_code == 403

@@ -6,7 +6,7 @@ from inference.models import Node, Replica
 from inference.services.deployments import deployment_reconcile
 from tests.support import hardware
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("install_admin")]  # Olivia runs the fleet
 
 
 def create(client, version, **kw):

@@ -128,7 +128,10 @@ def test_a_changed_inventory_is_written_and_a_returning_node_comes_back(node_tok
     assert Node.objects.filter(name="hk-1").count() == 1
 
 
-def test_an_edge_nodes_edge_is_written_when_it_changes_and_shown_on_the_node_page(node_token, owner_client):
+def test_an_edge_nodes_edge_is_written_when_it_changes_and_shown_on_the_node_page(
+    node_token, install_admin, owner_client
+):
+    # (the edge's address is shown to install administrators: review L-A)
     from inference.selectors import node_inventory_rows
 
     starting = {"cpus": 2, "advertise_host": "10.0.0.7", "edge": {"port": 8443, "ready": False,
@@ -168,7 +171,9 @@ def test_gpu_replicas_carry_their_gpu_and_report_their_footprint(node_token, own
     assert (footprint.gpu_name, footprint.device, footprint.bytes) == ("NVIDIA A10", "cuda", 123456789)
 
 
-def test_rotation_is_asked_in_the_heartbeat_and_the_old_credential_stops(node_token, owner_client):
+def test_rotation_is_asked_in_the_heartbeat_and_the_old_credential_stops(
+    node_token, install_admin, owner_client
+):
     beat(node_token)
     assert beat(node_token).json()["rotate_credential"] is False
     assert owner_client.post("/api/v1/nodes/hk-1/rotate").status_code == 200

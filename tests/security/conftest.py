@@ -19,6 +19,7 @@ from inference.models import Job, JobStatus
 from inference.services.deployments import DeploymentSpec, deployment_create
 from inference.services.jobs import job_start
 from inference.services.registry import UploadedModel, model_version_upload
+from tests.inference.conftest import colour_version, node_hk_cpu  # noqa: F401 (fixtures)
 from tests.support import people
 from tests.support.tiny_models import COLOURS, colour_classifier
 

@@ -12,7 +12,7 @@ import re
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.test import Client
+from django.test import Client, override_settings
 from django.urls import URLPattern, URLResolver
 
 from accounts.models import ApiKey, Membership, Role, Team
@@ -78,7 +78,7 @@ ATTEMPTS = {
     "key.revoke": lambda a, t: a.client.delete(f"/api/v1/keys/{a.own_key.pk}"),
     "key.manage_others": lambda a, t: a.client.delete(f"/api/v1/keys/{a.sam_key.pk}"),
     "node.read": lambda a, t: a.client.get("/api/v1/nodes"),
-    "node.manage": lambda a, t: post(a.client, "/api/v1/nodes/join-tokens", {"region": "hk"}),
+    "node.manage": lambda a, t: _team_node_token(a),
     "dataset.read": lambda a, t: a.client.get("/api/v1/datasets"),
     "dataset.create": lambda a, t: a.client.post(
         "/api/v1/datasets",
@@ -92,6 +92,12 @@ ATTEMPTS = {
         a.client.delete("/api/v1/datasets/spare"),
     )[1],
 }
+
+
+def _team_node_token(acme):
+    """``node.manage`` is about a team's own nodes (the shared fleet is for install administrators)."""
+    with override_settings(TEAM_NODES=True):
+        return post(acme.client, "/api/v1/nodes/join-tokens", {"region": "hk", "for_team": True})
 
 
 def test_every_action_of_the_matrix_has_an_attempt():
@@ -113,6 +119,7 @@ def test_role_may_do_exactly_what_the_matrix_says(action, role, acme_factory, tm
 # ---- every route, classified ------------------------------------------------------------------------
 SELF = "self"  # the caller's own account (their teams); no team's data
 NODE_AGENT = "node-agent"  # node token, not people
+INSTALL = "install-admin"  # the shared fleet: install administrators only, whatever the team role
 API_ROUTES = {
     "GET /keys": "key.read",
     "POST /keys": "key.create",
@@ -146,11 +153,17 @@ API_ROUTES = {
     "GET /nodes": "node.read",
     "GET /nodes/{name}": "node.read",
     "POST /nodes/join-tokens": "node.manage",
-    "POST /nodes/{name}/cordon": "node.manage",
-    "POST /nodes/{name}/uncordon": "node.manage",
-    "POST /nodes/{name}/drain": "node.manage",
-    "POST /nodes/{name}/rotate": "node.manage",
-    "DELETE /nodes/{name}": "node.manage",
+    "POST /nodes/{name}/cordon": INSTALL,  # or node.manage on the team's own node
+    "POST /nodes/{name}/uncordon": INSTALL,  # or node.manage on the team's own node
+    "POST /nodes/{name}/drain": INSTALL,  # or node.manage on the team's own node
+    "POST /nodes/{name}/rotate": INSTALL,  # or node.manage on the team's own node
+    "DELETE /nodes/{name}": INSTALL,
+    "GET /fleet/pools": "node.read",
+    "POST /fleet/pools": INSTALL,
+    "DELETE /fleet/pools/{pool}": INSTALL,
+    "GET /fleet/grant": "node.read",  # the current team's
+    "GET /fleet/grants": INSTALL,
+    "PUT /fleet/grants/{team_id}": INSTALL,
     "POST /nodes/join": NODE_AGENT,  # the join token in the body is the credential
     "POST /nodes/credential": NODE_AGENT,
     "POST /nodes/heartbeat": NODE_AGENT,
@@ -185,7 +198,7 @@ def test_every_api_route_is_classified():
     unclassified = [r for r in routes if r not in API_ROUTES]
     assert not unclassified, f"classify these in API_ROUTES (and PERMISSIONS): {unclassified}"
     for route, action in API_ROUTES.items():
-        assert action in (SELF, NODE_AGENT) or action in PERMISSIONS, route
+        assert action in (SELF, NODE_AGENT, INSTALL) or action in PERMISSIONS, route
 
 
 def _concrete(route: str, acme) -> tuple[str, str]:
@@ -199,6 +212,8 @@ def _concrete(route: str, acme) -> tuple[str, str]:
         "version_id": acme.spare.pk,
         "job_id": acme.queued_job.pk,
         "sha256": artifact.sha256,
+        "pool": "us-gpu",
+        "team_id": acme.team.pk,
     }
     return method, "/api/v1" + re.sub(r"\{(\w+)\}", lambda m: str(values[m.group(1)]), path)
 
@@ -346,3 +361,18 @@ def test_anonymous_visitor_is_sent_to_sign_in(name, acme_factory):
     path = _html_path(dict(html_patterns())[name], acme)
     r = Client().get(path)
     assert r.status_code in (302, 405) and (r.status_code == 405 or "/accounts/login/" in r["Location"]), name
+
+
+def test_the_matrix_in_docs_security_md_is_the_codes():
+    """docs/security.md ("People and roles") prints PERMISSIONS: a row per action, in code order."""
+    from pathlib import Path
+
+    from accounts.permissions import matrix_rows
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    shown = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith("`") and cells[0].endswith("`"):
+            shown[cells[0].strip("`")] = [c == "yes" for c in cells[1:]]
+    assert shown == dict(matrix_rows())

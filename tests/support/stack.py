@@ -188,13 +188,14 @@ class Stack:
         return self.workdir / f"node-{name}"
 
     def _fleet_admin(self) -> None:
-        """The owner the fleet helpers act as (``fleet-admin``), made once."""
+        """The install administrator the fleet helpers act as (``fleet-admin``), made once."""
         if not self._join_admin:
             self.user("fleet-admin", "fleet-ops", "owner")
+            self.manage("install_admin", "--grant", "fleet-admin")
             self._join_admin = True
 
     def join_token(self, region: str, labels: dict[str, str], *, edge: bool = False) -> str:
-        """A single-use join token made by an owner (``inference.services.node_join``), as an operator
+        """A single-use join token made by an install administrator (``inference.services.node_join``), as an operator
         would; with ``edge`` its node may run the region's edge."""
         self._fleet_admin()
         code = (
@@ -328,15 +329,16 @@ class Stack:
             .splitlines()[-1]
         )
 
-    def owner_keys(self, username: str, team: str) -> dict[str, str]:
+    def owner_keys(self, username: str, team: str, *, install_admin: bool = False) -> dict[str, str]:
         """A new owner of a new ``team`` with a ``manage`` and an ``inference`` key, in one Django start
-        (``user`` and ``api_key`` cost one each)."""
+        (``user`` and ``api_key`` cost one each); ``install_admin`` makes them one (node actions)."""
         code = (
             "import json\n"
             "from django.contrib.auth import get_user_model\n"
             "from accounts.models import Membership, Team\n"
             "from accounts.services import api_key_create\n"
-            f"user = get_user_model().objects.create_user(username={username!r}, password=None)\n"
+            f"user = get_user_model().objects.create_user(username={username!r}, password=None, "
+            f"is_staff={install_admin!r})\n"
             f"team = Team.objects.create(name={team!r})\n"
             "Membership.objects.create(team=team, user=user, role='owner')\n"
             "print(json.dumps({s: api_key_create(team=team, actor=user, name=s, scopes=[s])[1] "
