@@ -64,6 +64,9 @@ try:
     DATASET_MAX_ITEMS = env_int("LANTAU_DATASET_MAX_ITEMS", 20_000, minimum=1)
     DATASET_MAX_IMAGE_PIXELS = env_int("LANTAU_DATASET_MAX_IMAGE_PIXELS", 40_000_000, minimum=10_000)
     MAX_PREDICT_BYTES = env_int("LANTAU_MAX_PREDICT_BYTES", 10 * 1024**2, minimum=1024)
+    # The largest replica answer the gateway relays (502 above), and the longest line of a stream
+    # (review finding L-G); edges take the same as --max-answer-bytes.
+    MAX_ANSWER_BYTES = env_int("LANTAU_MAX_ANSWER_BYTES", 4 * MAX_PREDICT_BYTES, minimum=1024)
     # Fleet (issue 9; docs/configuration.md, "Nodes"): a node is "Not ready" after this many seconds
     # without a heartbeat; the sweep looks every NODE_SWEEP_S; a heartbeat writes its node's row at
     # most every NODE_PERSIST_EVERY_S unless something changed (liveness lives in Redis); blobs no

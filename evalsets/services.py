@@ -107,9 +107,9 @@ def _drop_unreferenced(path: Path | None) -> None:
 
 
 def _referenced(sha256: str) -> bool:
-    from inference.models import Artifact  # the store is shared with model versions
+    from inference.services.blobs import blobs_in_use  # the store is shared with versions and imports
 
-    return Dataset.objects.filter(sha256=sha256).exists() or Artifact.objects.filter(sha256=sha256).exists()
+    return bool(blobs_in_use([sha256]))
 
 
 def dataset_delete(*, team: Team, actor, dataset: Dataset) -> None:

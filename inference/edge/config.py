@@ -35,6 +35,7 @@ class EdgeConfig:
     max_inflight_per_deployment: int
     max_inflight_per_team: int
     cold_start_timeout_s: float = 120.0
+    max_answer_bytes: int = 4 * 10 * 1024**2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--breaker-open-s", type=float, default=5.0, help="how long before the probe")
     p.add_argument("--refresh-s", type=float, default=30.0, help="full route re-read (a safety net)")
     p.add_argument("--max-body-bytes", type=int, default=10 * 1024**2)
+    p.add_argument("--max-answer-bytes", type=int, default=0,
+                   help="largest replica answer relayed (502 above) and longest stream line; "
+                        "0: 4 x --max-body-bytes")  # fmt: skip
     p.add_argument("--max-json-depth", type=int, default=32)
     p.add_argument("--max-inflight-per-deployment", type=int, default=256)
     p.add_argument("--max-inflight-per-team", type=int, default=512)
@@ -82,8 +86,10 @@ def parse_args(argv: list[str] | None = None) -> EdgeConfig:
         parser.error("timeouts, breaker settings and the refresh period must be positive")
     if not 0 < a.cold_start_timeout_s <= 3600:
         parser.error("--cold-start-timeout-s must be between 0 and 3600")
+    if a.max_answer_bytes < 0:
+        parser.error("--max-answer-bytes must be 0 (4 x --max-body-bytes) or positive")
     return EdgeConfig(
         a.region, a.host, a.port, a.redis_url, names, verify_key, edge_key, a.timeout_s, a.breaker_failures,
         a.breaker_open_s, a.refresh_s, a.max_body_bytes, a.max_json_depth, a.max_inflight_per_deployment,
-        a.max_inflight_per_team, a.cold_start_timeout_s,
+        a.max_inflight_per_team, a.cold_start_timeout_s, a.max_answer_bytes or 4 * a.max_body_bytes,
     )  # fmt: skip

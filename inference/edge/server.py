@@ -39,7 +39,7 @@ def build(config: EdgeConfig, redis: aioredis.Redis) -> tuple[Dispatcher, RedisR
         routes=routes,
         keys=RedisKeyAuth(redis, config.names, config.verify_key),
         balancer=Balancer(config.region, failures=config.breaker_failures, open_s=config.breaker_open_s),
-        upstream=Upstream(config.timeout_s),
+        upstream=Upstream(config.timeout_s, max_answer_bytes=config.max_answer_bytes),
         inflight=InFlight(config.max_inflight_per_deployment, config.max_inflight_per_team),
         max_body=config.max_body_bytes,
         max_json_depth=config.max_json_depth,

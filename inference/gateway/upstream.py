@@ -19,6 +19,14 @@ class ConsoleUpstream(Upstream):
     def __init__(self) -> None:
         super().__init__(timeout_s=float(settings.GATEWAY_TIMEOUT_S))
 
+    @property  # read per request: the settings decide (tests change them)
+    def max_answer_bytes(self) -> int:
+        return int(settings.MAX_ANSWER_BYTES)
+
+    @max_answer_bytes.setter
+    def max_answer_bytes(self, value: int) -> None:
+        pass  # Upstream.__init__ sets its default; the settings win
+
     def session(self) -> aiohttp.ClientSession:
         global _session
         if _session is None or _session.closed:

@@ -22,11 +22,11 @@ from core.errors import PayloadTooLarge, ValidationFailed
 from inference import queue, storage
 from inference.live import publish_job
 from inference.models import Job, JobKind, ModelVersion, Task
+from inference.services.blobs import blobs_drop_unreferenced
 from inference.services.registry import (
     NAME_RE,
     ModelRef,
     VersionFile,
-    blobs_drop_unreferenced,
     labels_parse,
     version_create,
 )
@@ -222,5 +222,6 @@ def register_import(*, job: Job, info: dict, folder: Path) -> ModelVersion:
 
 
 def import_cleanup(job: Job) -> None:
-    """After an import ends, successfully or not, remove upload blobs that no version kept."""
-    blobs_drop_unreferenced([f["sha256"] for f in job.options.get("files", [])])
+    """After an import ends, successfully or not, remove upload blobs nothing else holds: no version or
+    dataset of any team, no other job (another team's pending import of the same bytes; review L-B)."""
+    blobs_drop_unreferenced([f["sha256"] for f in job.options.get("files", [])], ignore_job=job.pk)

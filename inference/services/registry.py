@@ -18,6 +18,7 @@ from accounts.services import audit_record
 from core.errors import Conflict, ValidationFailed
 from inference import storage
 from inference.models import Artifact, ModelVersion, RegisteredModel, Task
+from inference.services.blobs import blobs_drop_unreferenced
 from inference.validation.formats import InvalidModel
 from inference.validation.onnx_model import check_task, image_preprocessing, inspect_onnx
 
@@ -367,10 +368,3 @@ def version_discard(*, version: ModelVersion) -> None:
             model.delete()
         audit_record(team=model.team, actor=None, action="model_version.discard", target=label)
         transaction.on_commit(lambda: blobs_drop_unreferenced(shas))
-
-
-def blobs_drop_unreferenced(shas: Iterable[str]) -> None:
-    """Remove blobs no artifact uses (content-addressed: another version may share one)."""
-    for sha in set(shas):
-        if not Artifact.objects.filter(sha256=sha).exists():
-            storage.blob_path(sha).unlink(missing_ok=True)
