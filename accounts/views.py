@@ -1,4 +1,5 @@
-"""API key pages: list with create form; the new secret is rendered once (after a redirect) and never again."""
+"""API key pages: list with create form; the new secret is rendered once, in the answer to the create, and
+never again (it is never written to the session: review L-F)."""
 
 from datetime import timedelta
 
@@ -11,6 +12,7 @@ from django.views.decorators.http import require_POST
 from accounts import selectors, services
 from accounts.decorators import member_required
 from accounts.models import ApiKeyScope
+from core import once
 from core.errors import ApplicationError, ValidationFailed
 from core.forms import optional_number
 
@@ -30,37 +32,39 @@ def _limits_from_form(post) -> dict:
     }
 
 
-def _create_from_form(request, membership) -> str | None:
-    try:
-        _, clear = services.api_key_create(
+def _create_from_form(request, membership) -> tuple[str | None, int]:
+    """The clear key, or None and the page's status: 200 with the form refilled, or 409 for a replay."""
+
+    def create() -> str:
+        return services.api_key_create(
             team=membership.team,
             actor=request.user,
             name=request.POST.get("name", ""),
             scopes=request.POST.getlist("scopes") or [ApiKeyScope.INFERENCE],
             **_limits_from_form(request.POST),
-        )
+        )[1]
+
+    try:
+        return once.submit_once(request, create, shown="key"), 200
+    except once.AlreadySubmitted as exc:
+        messages.error(request, exc.message)
+        return None, exc.status
     except ApplicationError as exc:
         messages.error(request, exc.message)
-        return None
-    return clear
-
-
-NEW_KEY_SESSION = "lantau_new_api_key"
+        return None, 200
 
 
 @member_required
 def key_list(request, membership):
-    """The keys page. A create is answered with a redirect (reloading cannot make a second key); the
-    clear key waits in the session for that one next page, which shows it once and forgets it."""
+    """The keys page. A create is answered with this page holding the clear key, once and never cached;
+    it is written to no session or database row (review L-F). The form's one-time nonce (core.once)
+    makes a reload or double submit of that answer create nothing and say the key was shown once."""
+    form: QueryDict | None = None
+    new_key, status = None, 200
     if request.method == "POST":
-        form: QueryDict | None = request.POST
-        clear = _create_from_form(request, membership)
-        if clear is not None:
-            request.session[NEW_KEY_SESSION] = clear
-            return redirect("accounts:keys")
-    else:
-        form = None
-    new_key = request.session.pop(NEW_KEY_SESSION, None)
+        new_key, status = _create_from_form(request, membership)
+        if new_key is None and status == 200:
+            form = request.POST  # refused: the form keeps what was typed
     show_revoked = request.GET.get("revoked") == "1"
     every = list(selectors.api_keys_for_team(team=membership.team))
     keys = every if show_revoked else [k for k in every if not k.revoked_at]
@@ -81,11 +85,12 @@ def key_list(request, membership):
         request,
         "accounts/keys.html",
         {"keys": keys, "new_key": new_key, "scopes": ApiKeyScope.choices, "can_write": membership.can_write,
-         "charts": charts, "now": timezone.now(), "form": form, "form_scopes": form.getlist("scopes") if form else [], "show_revoked": show_revoked,
+         "charts": charts, "now": timezone.now(), "form": form, "form_nonce": once.new_nonce(), "form_scopes": form.getlist("scopes") if form else [], "show_revoked": show_revoked,
          "revoked_count": sum(1 for k in every if k.revoked_at)},
+        status=status,
     )  # fmt: skip
-    if new_key:  # the one page that holds a clear key: keep it out of every cache (review finding L9)
-        response["Cache-Control"] = "no-store"
+    if request.method == "POST":  # the answer that holds a clear key: out of every cache (L9, L-F)
+        once.no_store(response)
     return response
 
 

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from accounts.decorators import member_required
 from accounts.install_admin import NOT_ADMIN, is_install_admin
 from accounts.permissions import membership_allows
+from core import once
 from core.errors import ApplicationError, ValidationFailed
 from core.forms import form_int
 from inference import selectors
@@ -31,7 +32,6 @@ NODE_ACTIONS = ("cordon", "uncordon", "drain", "remove")
 ACTION_DONE = {"cordon": "cordoned, it takes no new replicas", "uncordon": "takes new replicas again",
                "drain": "draining, its replicas move once their replacements are ready",
                "remove": "removed, its replicas are being placed elsewhere"}  # fmt: skip
-JOIN_SESSION = "lantau-new-join-token"
 
 
 def _may_manage(request, membership, node: Node | None = None) -> bool:
@@ -64,17 +64,22 @@ def labels_text(labels: dict | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in (labels or {}).items())
 
 
-@member_required
-def node_list(request, membership):
-    """Every node with its region, state, load and GPUs; admins also get "add a node"."""
+def _list_page(request, membership, join: dict | None = None):
     context = {
         "nodes": list(selectors.nodes_with_load(team=membership.team)),
         "can_manage": is_install_admin(request.user),
         "can_bring": _may_bring_nodes(membership),
         "regions": Region.choices,
-        "join": request.session.pop(JOIN_SESSION, None),  # shown once, after the redirect
+        "join": join,  # a new join token: only in the answer to the POST that made it
+        "form_nonce": once.new_nonce(),
     }
     return render(request, "inference/nodes.html", context)
+
+
+@member_required
+def node_list(request, membership):
+    """Every node with its region, state, load and GPUs; admins also get "add a node"."""
+    return _list_page(request, membership)
 
 
 @member_required
@@ -118,8 +123,10 @@ def node_action(request, membership, name: str):
 @member_required
 @require_POST
 def node_join_token(request, membership):
-    """Create a join token; the list page shows it once with the commands for a new host (POST, redirect,
-    GET: a reload makes no second token). ``for_team`` makes a node of the current team alone."""
+    """Create a join token; the answer is the list page showing it once with the commands for a new host,
+    never cached and never written to the session (review L-F). The form's one-time nonce (core.once)
+    makes a reload or double submit create no second token. ``for_team``: a node of the current team
+    alone. A refused form is answered with a redirect to the list and a message."""
     for_team = request.POST.get("for_team") == "1"
     if not (_may_bring_nodes(membership) if for_team else is_install_admin(request.user)):
         raise PermissionDenied(NOT_ADMIN)
@@ -131,21 +138,21 @@ def node_join_token(request, membership):
         ttl_s = form_int(request.POST, "ttl_s", default=3600)
         if not 60 <= ttl_s <= 7 * 86400:
             raise ValidationFailed("the token must stay valid between 1 minute and 7 days")
-        _, clear = node_join.join_token_create(
+        _, clear = once.submit_once(request, lambda: node_join.join_token_create(
             actor=request.user, region=region, labels=labels, ttl_s=ttl_s,
             name_hint=request.POST.get("name_hint", "").strip(), team=membership.team, for_team=for_team,
-        )  # fmt: skip
+        ), shown="join token")  # fmt: skip
     except ApplicationError as exc:
         messages.error(request, exc.message)
         return redirect("inference:node-list")
     console = f"{request.scheme}://{request.get_host()}"
-    request.session[JOIN_SESSION] = {
+    join = {
         "region": region,
         "ttl_s": ttl_s,
         "token": clear,
         **join_instructions(console=console, region=region, token=clear),
     }
-    return redirect("inference:node-list")
+    return once.no_store(_list_page(request, membership, join))
 
 
 def join_instructions(*, console: str, region: str, token: str) -> dict[str, str]:

@@ -88,7 +88,7 @@ def test_manage_key_works_as_bearer_for_the_management_api(owner_client):
 
 def test_key_pages_create_show_once_and_revoke(owner_client, team):
     r = owner_client.post("/accounts/keys/", {"name": "page key", "scopes": ["inference"]}, follow=True)
-    assert r.status_code == 200 and r.redirect_chain == [("/accounts/keys/", 302)]
+    assert r.status_code == 200 and r.redirect_chain == []  # the answer itself shows the key (review L-F)
     key = ApiKey.objects.get(team=team)
     assert b"will not be shown again" in r.content and key.prefix.encode() in r.content
     again = owner_client.get("/accounts/keys/")

@@ -68,15 +68,22 @@ def test_key_form_refuses_bad_limits_and_creates_no_key(owner_client, fields, me
     assert message in page and not ApiKey.objects.exists()
 
 
-def test_creating_a_key_redirects_and_a_reload_makes_no_second_key(owner_client, team):
-    """The create is answered with a redirect; the clear key is shown on the next page only, not cached."""
-    r = owner_client.post("/accounts/keys/", {"name": "once", "scopes": ["inference"]})
-    assert r.status_code == 302 and r["Location"] == "/accounts/keys/"
-    shown = owner_client.get("/accounts/keys/")
-    assert b"will not be shown again" in shown.content and shown["Cache-Control"] == "no-store"
+def test_creating_a_key_shows_it_in_the_answer_and_a_reload_makes_no_second_key(owner_client, team):
+    """The create is answered with the page holding the clear key, not cached (review L-F: no redirect
+    through the session); a reload posts the same one-time nonce again and makes no second key."""
+    import re
+
+    form = owner_client.get("/accounts/keys/").content.decode()
+    nonce = re.search(r'name="form_nonce" value="([^"]+)"', form).group(1)
+    body = {"name": "once", "scopes": ["inference"], "form_nonce": nonce}
+    shown = owner_client.post("/accounts/keys/", body)
+    assert shown.status_code == 200 and b"will not be shown again" in shown.content
+    assert shown["Cache-Control"] == "no-store" and shown["Pragma"] == "no-cache"
     assert b'id="copy-key"' in shown.content
-    reload = owner_client.get("/accounts/keys/")  # what a reload of the shown page does: a GET
-    assert b"will not be shown again" not in reload.content
+    reload = owner_client.post("/accounts/keys/", body)  # what a reload of the shown page does, once asked
+    assert reload.status_code == 409 and b"will not be shown again" not in reload.content
+    assert b"This form was already submitted; the key was shown once" in reload.content
+    assert b"will not be shown again" not in owner_client.get("/accounts/keys/").content
     assert ApiKey.objects.filter(team=team).count() == 1
 
 
