@@ -3,6 +3,11 @@
 Starts embedded PostgreSQL and Redis (unless DATABASE_URL / REDIS_URL point elsewhere), prepares the
 database, then runs the console (daphne), the worker (celery with beat) and a local node agent until
 Ctrl-C. Child output is shown prefixed with its name and also kept in var/log/<name>.log.
+
+Once everything is up, a child that dies (the kernel's OOM killer, a crash) is started again after a
+short back-off (``Keeper``), the others keep running: one process going down no longer takes the whole
+quick start with it. A child that keeps dying (``CRASH_LOOP`` exits within ``CRASH_WINDOW_S``) stops the
+quick start with its last lines, as a child that dies while starting does.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from inference.runner.launch import runner_env  # noqa: E402
 READY_TIMEOUT_S = 180
 STOP_TIMEOUT_S = 10
 TAIL_LINES = 25
+RESTART_BACKOFF_S = (1, 2, 4, 8, 15, 30)  # after the 1st, 2nd, ... exit in a row
+CRASH_LOOP, CRASH_WINDOW_S = 5, 60.0
 
 
 class Stop(Exception):
@@ -48,13 +55,17 @@ class Child:
 
     def __init__(self, name: str, cmd: list[str], env: dict[str, str], log_dir: Path):
         self.name = name
+        self.cmd, self.env = cmd, env
         self.log_path = log_dir / f"{name}.log"
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.start()
+
+    def start(self) -> None:
         # Own session: Ctrl-C reaches only us, so we stop children in order and can SIGKILL the group.
         self.proc = subprocess.Popen(
-            cmd,
+            self.cmd,
             cwd=REPO,
-            env=env,
+            env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -62,7 +73,7 @@ class Child:
             errors="replace",
             start_new_session=True,
         )
-        self.pump = threading.Thread(target=self._pump, name=f"pump-{name}", daemon=True)
+        self.pump = threading.Thread(target=self._pump, name=f"pump-{self.name}", daemon=True)
         self.pump.start()
 
     def _pump(self) -> None:
@@ -232,6 +243,43 @@ def node_env(env: dict[str, str], token: str) -> dict[str, str]:
     return {**runner_env(base=env), "LANTAU_NODE_TOKEN": token, "LANTAU_REDIS_URL": env["REDIS_URL"]}
 
 
+class Keeper:
+    """Starts again each child that died once the quick start is up, after a back-off; a child that died
+    ``CRASH_LOOP`` times within ``CRASH_WINDOW_S`` stops everything (``Failed``, with its last lines)."""
+
+    def __init__(self, children: list[Child]) -> None:
+        self.children = children
+        self.exits: dict[str, list[float]] = collections.defaultdict(list)
+        self.due: dict[str, float] = {}  # child name -> when to start it again
+
+    def tick(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        for child in self.children:
+            code = child.proc.poll()
+            if code is None:
+                continue
+            if child.name not in self.due:
+                self._died(child, code, now)
+            elif now >= self.due[child.name]:
+                del self.due[child.name]
+                child.kill_group()  # what it left behind (a dead agent's runners) goes first
+                child.pump.join(timeout=2)
+                child.start()
+                say(f"{child.name} started again (pid {child.proc.pid})")
+
+    def _died(self, child: Child, code: int, now: float) -> None:
+        child.pump.join(timeout=2)
+        recent = [t for t in self.exits[child.name] if now - t < CRASH_WINDOW_S] + [now]
+        self.exits[child.name] = recent
+        if len(recent) >= CRASH_LOOP:
+            last = "\n".join(f"  {line}" for line in child.tail) or "  (no output)"
+            raise Failed(f"{child.name} exited {len(recent)} times within {CRASH_WINDOW_S:.0f}s (last code "
+                         f"{code}); giving up. Last lines of {child.log_path}:\n{last}")  # fmt: skip
+        wait = RESTART_BACKOFF_S[min(len(recent), len(RESTART_BACKOFF_S)) - 1]
+        self.due[child.name] = now + wait
+        say(f"{child.name} exited (code {code}); starting it again in {wait}s (see {child.log_path})")
+
+
 def check_alive(children: list[Child]) -> None:
     for child in children:
         code = child.proc.poll()
@@ -276,8 +324,9 @@ def run(port: int, data_dir: Path, children: list[Child]) -> None:
     say("waiting for the demo deployments to load")
     manage(env, "wait_deployments", "--timeout", "300")
     print(f"Lantau is running at http://127.0.0.1:{port} (Ctrl-C to stop)", flush=True)
+    keeper = Keeper(children)
     while True:
-        check_alive(children)
+        keeper.tick()
         time.sleep(0.5)
 
 
