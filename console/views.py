@@ -52,7 +52,7 @@ def dashboard(request):
     if membership:
         nodes = list(selectors.nodes_with_load(team=membership.team))
     else:
-        nodes = list(selectors.nodes_with_load().filter(team__isnull=True))
+        nodes = list(selectors.nodes_with_load().filter(team__isnull=True))  # the shared fleet
     context: dict = {"deployments": [], "models": [], "nodes": _node_rows(nodes), "attention": [], "jobs": [],
                      "regions": []}  # fmt: skip
     if membership:

@@ -14,7 +14,6 @@ from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
-from django.db.models import Q
 
 from accounts.current import membership_for_scope
 from accounts.permissions import membership_allows
@@ -256,7 +255,7 @@ def _node_reader_team(scope: dict) -> int | None:
 
 
 def _node_visible(team_id: int, name: str) -> bool:
-    return Node.objects.filter(Q(team__isnull=True) | Q(team_id=team_id), name=name).exists()
+    return Node.objects.visible_to(team_id).filter(name=name).exists()
 
 
 class DeploymentMetricsConsumer(Guarded):

@@ -3,7 +3,7 @@
 Runners publish a summary per second on ``<prefix>:metrics:<deployment>``. Each socket used to open a
 Redis client of its own (and SCAN the whole keyspace on connect), so a flood of sockets from one member
 exhausted Redis's ``maxclients`` and every key check answered 503. Now a process holds one pub/sub
-connection and one command connection, whatever the number of sockets: ``subscribe`` gives a socket a
+connection and a few command connections (``HUB_CONNECTIONS`` in all), whatever the number of sockets: ``subscribe`` gives a socket a
 bounded queue of the deployment's summaries (the oldest is dropped when a slow page falls behind), and
 ``latest`` reads the replicas' last summaries by key (MGET of the replicas the database knows), not by
 SCAN. What reaches a queue is checked first: a JSON object of bounded size, never bytes passed through.
@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from contract.redis_keys import RedisKeys
 
 log = logging.getLogger(__name__)
+HUB_CONNECTIONS = 4  # Redis connections of one process's hub, its subscription included
 QUEUE_SIZE = 32  # summaries held per socket (one a second per replica): a slow page drops the oldest
 MAX_SUMMARY_BYTES = 65536
 
@@ -44,7 +45,7 @@ class MetricsHub:
 
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self.redis = aioredis.Redis.from_url(settings.REDIS_URL, max_connections=4)
+        self.redis = aioredis.Redis.from_url(settings.REDIS_URL, max_connections=HUB_CONNECTIONS)
         self.pubsub = self.redis.pubsub()
         self.queues: dict[str, set[asyncio.Queue[str]]] = defaultdict(set)
         self.reader: asyncio.Task | None = None

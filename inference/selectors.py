@@ -129,7 +129,7 @@ def nodes_all() -> QuerySet[Node]:
 def nodes_with_load(*, team: Team | None = None) -> QuerySet[Node]:
     """The shared fleet and ``team``'s own nodes (every node when None) with ``replica_count``: how many
     of a node's slots are taken, by any team. Another team's own nodes are not listed."""
-    qs = Node.objects.all() if team is None else Node.objects.filter(Q(team__isnull=True) | Q(team=team))
+    qs: QuerySet[Node] = Node.objects.all() if team is None else Node.objects.visible_to(team.pk)
     return qs.select_related("team").annotate(replica_count=Count("replicas")).order_by("region", "name")
 
 

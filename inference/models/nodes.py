@@ -36,7 +36,16 @@ class NodeMode(models.TextChoices):
     DRAINING = "draining", "Draining"
 
 
+class NodeQuerySet(models.QuerySet):
+    def visible_to(self, team_id: int | None) -> NodeQuerySet:
+        """The nodes a team may see and use: the shared fleet and its own (review H-A); another team's
+        own nodes do not exist for it. ``None``: the shared fleet alone."""
+        return self.filter(models.Q(team__isnull=True) | models.Q(team_id=team_id))
+
+
 class Node(models.Model):
+    objects = NodeQuerySet.as_manager()
+
     name = models.SlugField(max_length=64, unique=True)
     region = models.CharField(max_length=8)
     token_prefix = models.CharField(max_length=16)

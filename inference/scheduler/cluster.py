@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from django.db.models import Q
-
 from inference import liveness
 from inference.models import Deployment, FleetGrant, GpuFootprint, ModelVersion, Node, Replica, ReplicaState
 from inference.scheduler.memory import estimate_bytes, with_margin
@@ -74,7 +72,7 @@ def candidates(deployment: Deployment) -> list[Candidate]:
     free memory; every replica is subtracted from the GPU's total, in case the report is stale.
     """
     # Another team's own nodes are not this deployment's to see, let alone to use.
-    nodes = list(Node.objects.filter(Q(team__isnull=True) | Q(team_id=deployment.team_id)))
+    nodes = list(Node.objects.visible_to(deployment.team_id))
     fresh = liveness.inventories([n.name for n in nodes])
     for node in nodes:  # GPU free memory changes between the row's writes: take the last heartbeat's
         live = fresh.get(node.name) or {}

@@ -10,8 +10,6 @@ A team with no grant, or a grant without pools, may use every shared node. A tea
 
 from __future__ import annotations
 
-import re
-
 from django.db import transaction
 
 from accounts.install_admin import audit_fleet, install_admin_require
@@ -19,22 +17,20 @@ from accounts.models import Team
 from core.errors import Conflict, NotFound, ValidationFailed
 from inference import queue
 from inference.models import FleetGrant, NodePool
-from inference.services.node_join import labels_validate
+from inference.services.node_join import NAME_RE, labels_validate
 
-_POOL_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-_NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 MAX_POOL_NODES = 1000
 CAP_FIELDS = ("max_replicas", "max_gpus", "max_gpu_memory_bytes")
 
 
 def pool_create(*, actor, name: str, selector: dict, nodes: list[str]) -> NodePool:
     install_admin_require(actor)
-    if not _POOL_NAME.match(name or ""):
+    if not NAME_RE.match(name or ""):  # pools are named as nodes are
         raise ValidationFailed("name must be lowercase letters, digits and dashes (max 63)")
     selector = labels_validate(selector, field="selector")
     if not isinstance(nodes, list) or len(nodes) > MAX_POOL_NODES:
         raise ValidationFailed(f"nodes must be a list of at most {MAX_POOL_NODES} node names")
-    bad = [n for n in nodes if not isinstance(n, str) or not _NODE_NAME.match(n)]
+    bad = [n for n in nodes if not isinstance(n, str) or not NAME_RE.match(n)]
     if bad:
         raise ValidationFailed(f"nodes: {str(bad[0])[:70]!r} is not a node name")
     if not selector and not nodes:

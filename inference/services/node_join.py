@@ -23,7 +23,7 @@ from inference.models import JoinToken, Node, NodeMode, NodeStatus, Region
 from inference.routes_publish import edge_environment
 from inference.services.nodes import ADVERTISE_HOST, node_require_manager, token_hash
 
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]{0,62})$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,62})$|^$")
 MAX_LABELS = 32
@@ -102,7 +102,7 @@ def join_token_create(
         labels[EDGE_LABEL] = "true"
     if not MIN_TTL_S <= ttl_s <= MAX_TTL_S:
         raise ValidationFailed(f"ttl_s must be between {MIN_TTL_S} and {MAX_TTL_S} seconds")
-    if name_hint and not _NAME_RE.match(name_hint):
+    if name_hint and not NAME_RE.match(name_hint):
         raise ValidationFailed("name_hint must be lowercase letters, digits and dashes (max 63)")
     clear = f"ltj_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
@@ -138,7 +138,7 @@ def node_join(*, join_token: str, name: str, region: str, labels: dict[str, str]
         raise Conflict("this join token was already used; ask an operator for a new one")
     if token.expired:
         raise Unauthorized(f"this join token expired at {token.expires_at:%Y-%m-%d %H:%M:%S} UTC")
-    if not _NAME_RE.match(name or ""):
+    if not NAME_RE.match(name or ""):
         raise ValidationFailed("name must be lowercase letters, digits and dashes (max 63)")
     _region_check(region)
     labels = labels_validate(labels)

@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
 
 from accounts.install_admin import NOT_ADMIN, audit_fleet, is_install_admin
 from accounts.keyhash import verify_key_text
@@ -506,7 +505,7 @@ def node_teams(node: Node) -> list[int]:
 def nodes_visible(*, team: Team | None):
     """The nodes a member of ``team`` sees: the shared fleet and the team's own (None: every node)."""
     qs = Node.objects.all()
-    return qs if team is None else qs.filter(Q(team__isnull=True) | Q(team=team))
+    return qs if team is None else qs.visible_to(team.pk)
 
 
 def node_get(*, name: str, team: Team | None = None) -> Node:
