@@ -85,7 +85,7 @@ class RedisRoutes:
                 log.warning("route updates interrupted (%s); reconnecting", exc)
                 await asyncio.sleep(RECONNECT_S)
             finally:
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()
 
     async def _listen(self, pubsub: aioredis.client.PubSub) -> None:
         loop = asyncio.get_running_loop()
