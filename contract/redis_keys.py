@@ -18,8 +18,10 @@ Writers and readers:
                                  reserve and settle (runner.usage), the gateway and edges read it with the month
   ``<p>:lastuse:<key_id>``       last use time and address: runners and the gateway HSET, the roll-up reads
   ``<p>:ratelimit:<key_id>``     token bucket shared by runners and the gateway (runner.ratelimit)
-  ``<p>:metrics:<deployment>``   pub/sub channel: runners publish each second; the console's websocket reads
-  ``<p>:metrics:last:<deployment>:<replica>``  the last summary per replica (runners SET, console SCANs)
+  ``<p>:metrics:<deployment>``   pub/sub channel: runners publish a sealed summary (contract.summaries) each
+                                 second; the console's websocket reads
+  ``<p>:metrics:last:<deployment>:<replica>``  the last sealed summary per replica (runners SET, the console
+                                 MGETs the replicas it knows)
   ``<p>:routes``                 hash of signed route entries by deployment (contract.routes): the console
                                  writes (inference.routes_publish), edges read
   ``<p>:routes:changed``         pub/sub: a deployment's name (or ``*``) after its entry changed

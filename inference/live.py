@@ -265,6 +265,7 @@ def region_traffic(*, team_id: int) -> list[RegionTraffic]:
     A replica counts in the region of the node that runs it, not the region its deployment asked for.
     """
     from inference.models import Region, Replica
+    from inference.services.rollout_watch import summary_checked
 
     names = _names()
     replicas = list(
@@ -282,11 +283,11 @@ def region_traffic(*, team_id: int) -> list[RegionTraffic]:
                  "p95_ms": None, "replicas_reporting": 0}
         for region in Region.values
     }  # fmt: skip
-    for (_, _, region), raw in zip(replicas, cast(Any, values), strict=True):
-        summary = parse_history([raw]) if raw else []
-        if not summary or region not in totals:
+    for (pk, deployment, region), raw in zip(replicas, cast(Any, values), strict=True):
+        summary = summary_checked(raw, deployment, pk) if raw else None  # sealed by that replica
+        if summary is None or region not in totals:
             continue
-        _add_summary(totals[region], summary[0])
+        _add_summary(totals[region], summary)
     for entry in totals.values():
         entry["requests_per_s"] = round(entry["requests_per_s"], 2)
         entry["error_rate"] = round(entry["errors"] / entry["requests"], 4) if entry["requests"] else None

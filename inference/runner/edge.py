@@ -59,6 +59,7 @@ class Edge:
                 deployment=manifest.deployment,
                 model_version=manifest.model_version,
                 replica=config.replica or f"{socket.gethostname()}:{config.port}",  # see listening_on
+                token=config.token,
             )
             if manifest.team_id is None:
                 log.warning("the manifest names no team_id: API keys will be refused")

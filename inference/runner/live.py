@@ -3,7 +3,9 @@
 Each second: ``PUBLISH <prefix>:metrics:<deployment> <json>`` for open pages and
 ``SET <prefix>:metrics:last:<deployment>:<replica> <json> EX 10`` (``contract.redis_keys``) for whoever arrives later, in one
 pipeline. The JSON holds p50/p95/p99 latency of the last second, requests/s, errors, throttled
-requests, mean batch size and queue depth (see ``metrics.Window.summary``).
+requests, mean batch size and queue depth (see ``metrics.Window.summary``). With a runner token (every
+runner an agent starts has one) each summary goes out sealed with it (``contract.summaries``), and the
+console acts only on sealed ones; a runner started by hand without a token publishes the plain JSON.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
+from contract.summaries import summary_seal
 
 from .metrics import Metrics
 
@@ -36,9 +39,11 @@ class LivePublisher:
         deployment: str,
         model_version: str,
         replica: str,
+        token: str | None = None,
         interval_s: float = 1.0,
     ) -> None:
         self._redis = redis
+        self._token = token
         self._metrics = metrics
         self._names = names
         self.interval_s = interval_s
@@ -54,7 +59,11 @@ class LivePublisher:
 
     def payload(self) -> str:
         summary = {**self.identity, "ts": round(time.time(), 3), **self._metrics.take_window()}
-        return json.dumps(summary, separators=(",", ":"))
+        body = json.dumps(summary, separators=(",", ":"))
+        if self._token is None:
+            return body
+        return summary_seal(body, token=self._token, prefix=self._names.prefix,
+                            deployment=self.identity["deployment"], replica=self.identity["replica"])  # fmt: skip
 
     async def publish_once(self) -> None:
         payload = self.payload()

@@ -2,10 +2,11 @@
 
 Runners publish a summary every second, kept under ``<prefix>:metrics:last:<deployment>:<replica>``
 (``inference.runner.live``): requests, 5xx answers (``errors``), latency percentiles, queue depth.
-``latest_summaries`` reads them for some replicas; autoscaling and the canary figures use it too. They are
-unsigned JSON anyone with Redis write can plant, so ``summary_checked`` keeps only a summary whose every
-field has the runner's type and a bound no runner reaches in a second, and whose deployment and replica
-are those of its key; anything else is ignored with a log line.
+``latest_summaries`` reads them for some replicas; autoscaling and the canary figures use it too. Anyone with
+Redis write could plant one, so ``summary_checked`` keeps only a summary sealed with that replica's
+runner token (``contract.summaries``: deployment, replica and install bound, at most a minute old) whose
+every field has the runner's type and a bound no runner reaches in a second; anything else is ignored
+with a log line.
 
 ``rollouts_watch`` (celery beat, every ``LANTAU_ROLLOUT_WATCH_S``) adds the new replicas' summaries
 of each running rollout or canary to its counts (each summary once, by its time stamp); once they hold
@@ -19,7 +20,6 @@ while the old one still serves.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from typing import Any
@@ -30,8 +30,10 @@ from django.db import InterfaceError, OperationalError, transaction
 from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
+from contract.summaries import SummaryRefused, summary_open
 from inference import queue
 from inference.models import Deployment, ReplicaState
+from inference.services.nodes import runner_token
 from inference.services.rollouts import (
     CANARY,
     IN_PROGRESS,
@@ -45,7 +47,6 @@ from inference.services.rollouts import (
 log = logging.getLogger("lantau.rollouts")
 # Bounds of one runner's per-second summary (``inference.runner.metrics.Window.summary``), far above what
 # a runner serves in a second: a value past them was planted, not measured.
-SUMMARY_MAX_BYTES = 64 * 1024
 MAX_SUMMARY_REQUESTS = 1_000_000  # requests, errors, throttled in one summary
 MAX_REQUESTS_PER_S = 1_000_000.0
 MAX_LATENCY_MS = 3_600_000.0  # an hour
@@ -61,10 +62,6 @@ _PERCENTILES = ("p50", "p95", "p99")
 
 class _Refused(ValueError):
     pass
-
-
-def _no_constant(name: str) -> float:
-    raise _Refused(f"{name} is not a number")
 
 
 def _count(summary: dict, key: str, high: int) -> int | None:
@@ -85,14 +82,11 @@ def _number(value: object, key: str, high: float) -> float:
 
 
 def _checked(raw: object, deployment: str, replica: int) -> dict[str, Any]:
-    if not isinstance(raw, bytes | str) or len(raw) > SUMMARY_MAX_BYTES:
-        raise _Refused("not a short string")
     try:
-        summary = json.loads(raw, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:
-        raise _Refused(f"not JSON ({str(exc)[:60]})") from None
-    if not isinstance(summary, dict):
-        raise _Refused("not a JSON object")
+        summary = summary_open(raw, token=runner_token(replica), prefix=settings.REDIS_PREFIX,
+                               deployment=deployment, replica=str(replica))  # fmt: skip
+    except SummaryRefused as exc:
+        raise _Refused(str(exc)) from None
     if summary.get("deployment", deployment) != deployment:
         raise _Refused(f"it names deployment {str(summary.get('deployment'))[:60]!r}")
     if str(summary.get("replica", replica)) != str(replica):

@@ -4,7 +4,6 @@ each change recorded with its reason."""
 
 from __future__ import annotations
 
-import json
 import secrets
 
 import pytest
@@ -16,6 +15,7 @@ from contract.routes import route_open
 from inference.models import Deployment, Replica
 from inference.routes_publish import edge_key, route_entry, routes_publish_all
 from inference.services.autoscale import deployment_autoscale, deployment_wake, deployments_autoscale
+from tests.support.summaries import sealed_summary
 
 pytestmark = pytest.mark.django_db
 
@@ -38,10 +38,10 @@ def summaries(settings, *, requests_per_s: float, p50_ms: float) -> None:
     """What each ready replica's runner publishes every second (inference.runner.live)."""
     names = RedisKeys(settings.REDIS_PREFIX)
     for r in Replica.objects.filter(state="ready"):
-        summary = {"deployment": "colours", "replica": str(r.pk), "requests_per_s": requests_per_s,
-                   "requests": int(requests_per_s), "errors": 0, "latency_ms": {"p50": p50_ms, "p95": p50_ms,
-                   "p99": p50_ms}, "queue_depth": 0}  # fmt: skip
-        keycache.client().set(names.metrics_last("colours", str(r.pk)), json.dumps(summary), ex=10)
+        summary = sealed_summary("colours", r.pk, requests_per_s=requests_per_s, requests=int(requests_per_s),
+                                 errors=0, latency_ms={"p50": p50_ms, "p95": p50_ms, "p99": p50_ms},
+                                 queue_depth=0)  # fmt: skip
+        keycache.client().set(names.metrics_last("colours", str(r.pk)), summary, ex=10)
 
 
 @pytest.mark.parametrize(

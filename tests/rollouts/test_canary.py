@@ -14,6 +14,7 @@ from inference.edge.balancer import Balancer
 from inference.models import Replica
 from inference.routes_publish import route_entry
 from inference.services.deployments import deployment_reconcile
+from tests.support.summaries import sealed_summary
 
 pytestmark = pytest.mark.django_db
 
@@ -171,8 +172,6 @@ def test_route_entries_carry_the_canary_marks_and_none_without_a_canary() -> Non
 
 
 def test_the_deployment_page_shows_both_versions_figures_side_by_side(owner_client, colours, new_version):
-    import json as jsonlib
-
     import redis
     from django.conf import settings
 
@@ -186,9 +185,9 @@ def test_the_deployment_page_shows_both_versions_figures_side_by_side(owner_clie
     summaries = {}
     for replica in Replica.objects.all():  # the runners' last per-second summaries
         canary = replica.model_version_id == v2.pk
-        summaries[names.metrics_last("colours", str(replica.pk))] = jsonlib.dumps({
-            "requests": 10, "errors": 5 if canary else 0, "requests_per_s": 10.0,
-            "latency_ms": {"p50": 30.0 if canary else 12.0, "p95": 80.0 if canary else 20.0}})  # fmt: skip
+        summaries[names.metrics_last("colours", str(replica.pk))] = sealed_summary(
+            "colours", replica.pk, requests=10, errors=5 if canary else 0, requests_per_s=10.0,
+            latency_ms={"p50": 30.0 if canary else 12.0, "p95": 80.0 if canary else 20.0})  # fmt: skip
     client.mset(summaries)
     try:
         page = owner_client.get("/deployments/colours/").content.decode()

@@ -3,8 +3,8 @@ runners' format), and the bake: the first new replica serves beside the old ones
 
 from __future__ import annotations
 
-import json
 import secrets
+import time
 from datetime import timedelta
 
 import pytest
@@ -15,6 +15,7 @@ from contract.redis_keys import RedisKeys
 from inference.models import Deployment, Replica
 from inference.services.deployments import deployment_reconcile
 from inference.services.rollout_watch import rollout_watch, rollouts_watch
+from tests.support.summaries import sealed_summary
 
 pytestmark = pytest.mark.django_db
 
@@ -30,11 +31,12 @@ def own_prefix(settings):
 
 
 def summary(settings, replica: Replica, *, ts: float, requests: int, errors: int) -> None:
-    """What the replica's runner publishes every second (inference.runner.live)."""
-    body = {"deployment": "colours", "replica": str(replica.pk), "ts": ts, "requests": requests,
-            "requests_per_s": requests, "errors": errors, "latency_ms": {"p50": 2.0, "p95": 3.0, "p99": 4.0}}  # fmt: skip
+    """What the replica's runner publishes every second (inference.runner.live), ``ts`` seconds from now."""
+    body = {"ts": round(time.time() + ts - 3, 3), "requests": requests, "requests_per_s": requests,
+            "errors": errors, "latency_ms": {"p50": 2.0, "p95": 3.0, "p99": 4.0}}  # fmt: skip
     keycache.client().set(
-        RedisKeys(settings.REDIS_PREFIX).metrics_last("colours", str(replica.pk)), json.dumps(body)
+        RedisKeys(settings.REDIS_PREFIX).metrics_last("colours", str(replica.pk)),
+        sealed_summary("colours", replica.pk, **body),
     )
 
 

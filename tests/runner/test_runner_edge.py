@@ -20,6 +20,7 @@ from contract.apikeys import INVALID_KEY_MESSAGE, TOMBSTONE, entry_sign, key_gen
 from contract.quotas import Quota, month_of, next_month_start
 from contract.redis_keys import RedisKeys
 from contract.signing import public_key_text, signing_key_from_secret
+from contract.summaries import SummaryRefused, summary_open
 from tests.support.runners import (
     RUNNER_TOKEN,
     Runner,
@@ -239,8 +240,11 @@ def test_live_metrics_are_published_every_second(keyed_runner, issue_key, store)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and len(messages) < 2:
             message = pubsub.get_message(timeout=1.0)
-            if message and message["type"] == "message":
-                messages.append(json.loads(message["data"]))
+            if (
+                message and message["type"] == "message"
+            ):  # sealed with the runner's token (contract.summaries)
+                messages.append(summary_open(message["data"], token=RUNNER_TOKEN, prefix=NAMES.prefix,
+                                             deployment="keyed", replica="r-test"))  # fmt: skip
     finally:
         pubsub.close()
     assert messages, "no live metrics published within five seconds"
@@ -251,4 +255,9 @@ def test_live_metrics_are_published_every_second(keyed_runner, issue_key, store)
     assert set(summary["latency_ms"]) == {"p50", "p95", "p99"}
     last = store.get(NAMES.metrics_last("keyed", "r-test"))
     assert last is not None and 0 < store.ttl(NAMES.metrics_last("keyed", "r-test")) <= 10
-    assert json.loads(last)["deployment"] == "keyed"
+    opened = summary_open(last, token=RUNNER_TOKEN, prefix=NAMES.prefix, deployment="keyed", replica="r-test")
+    assert opened["deployment"] == "keyed"
+    with pytest.raises(SummaryRefused, match="seal"):  # another replica's token does not open it
+        summary_open(last, token="another-token", prefix=NAMES.prefix, deployment="keyed", replica="r-test")
+    with pytest.raises(SummaryRefused, match="seal"):  # nor does another install's prefix
+        summary_open(last, token=RUNNER_TOKEN, prefix="other", deployment="keyed", replica="r-test")

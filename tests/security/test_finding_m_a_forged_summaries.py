@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
+import time
 from pathlib import Path
 
 import pytest
@@ -20,9 +22,11 @@ from django.test import Client
 
 from accounts import keycache
 from contract.redis_keys import RedisKeys
+from contract.summaries import summary_seal
 from inference.models import Deployment, Replica
 from inference.services.autoscale import deployment_autoscaling_set, deployments_autoscale
 from inference.services.deployments import DeploymentSpec, deployment_create, deployment_reconcile
+from inference.services.nodes import runner_token
 from inference.services.registry import UploadedModel, model_version_upload
 from inference.services.rollout_watch import latest_summaries, rollouts_watch
 from tests.support import hardware, people
@@ -87,8 +91,24 @@ def teams(db, tmp_path):
     return Team(people.owner(), "acme-model", tmp_path), Team(people.outsider(), "globex-model", tmp_path)
 
 
-def plant(settings, deployment: str, replica: int | str, body: object) -> None:
-    raw = body if isinstance(body, str) else json.dumps(body)
+def recent(ts: object) -> object:
+    """A test's time stamp 1..300 as a time of the last minute (order kept), which sealed summaries need."""
+    if isinstance(ts, int | float) and not isinstance(ts, bool) and 0 < ts <= 300:
+        return round(time.time() - 40 + ts / 10, 3)
+    return ts
+
+
+def plant(settings, deployment: str, replica: int | str, body: object, *, seal: bool = True) -> None:
+    """``body`` at the replica's summary key, sealed with that replica's runner token as a host that runs
+    the replica could (the bounds below are what stops it), or unsealed as anyone with Redis write."""
+    if isinstance(body, dict):
+        body = {"deployment": deployment, "replica": str(replica), "ts": 300} | body  # a runner names them
+        raw = json.dumps(body | {"ts": recent(body["ts"])})
+    else:
+        raw = re.sub(r'"ts": (\d+)([,}])', lambda m: f'"ts": {recent(int(m[1]))}{m[2]}', str(body))
+    if seal:
+        raw = summary_seal(raw, token=runner_token(int(replica)), prefix=settings.REDIS_PREFIX,
+                           deployment=deployment, replica=str(replica))  # fmt: skip
     keycache.client().set(RedisKeys(settings.REDIS_PREFIX).metrics_last(deployment, str(replica)), raw, ex=60)
 
 
@@ -235,3 +255,38 @@ def test_m_a_a_genuine_summary_is_kept_with_only_its_checked_fields(settings, te
     assert "extra" not in found
     plant(settings, deployment.name, replica.pk, "x" * (70 * 1024))  # larger than any summary
     assert latest_summaries(deployment.name, [replica.pk]) == {}
+
+
+def test_m_a_summaries_not_sealed_by_the_replica_steer_nothing(settings, teams, caplog) -> None:
+    """What anyone with Redis write plants (no seal, another replica's seal, another install's, a stale
+    one) moves no rollout and no scaling; the same figures sealed by the replica's runner token do."""
+    acme, _ = teams
+    victim = acme.deploy("acme-app")
+    deployment_autoscaling_set(team=acme.team, actor=acme.owner, deployment=victim, min_replicas=1,
+                               max_replicas=5, target_inflight_per_replica=1.0, scale_cooldown_s=0)  # fmt: skip
+    (replica,) = Replica.objects.filter(deployment=victim)
+    load = genuine(victim.name, replica.pk, ts=100.0, requests=100, errors=0, rate=100.0, p50=50.0)
+    body = json.dumps(load | {"ts": time.time()})
+    names = RedisKeys(settings.REDIS_PREFIX)
+    stale = json.dumps(load | {"ts": time.time() - 120})
+    caplog.set_level(logging.WARNING, logger="lantau.rollouts")
+    for raw, why in [
+        (body, "not a sealed summary"),
+        (summary_seal(body, token=runner_token(replica.pk + 1), prefix=settings.REDIS_PREFIX,
+                      deployment=victim.name, replica=str(replica.pk)), "its seal is not the replica's"),
+        (summary_seal(body, token=runner_token(replica.pk), prefix="another-install",
+                      deployment=victim.name, replica=str(replica.pk)), "its seal is not the replica's"),
+        (summary_seal(stale, token=runner_token(replica.pk), prefix=settings.REDIS_PREFIX,
+                      deployment=victim.name, replica=str(replica.pk)), "120 s old"),
+        (json.dumps({"body": body, "sig": "0" * 64}), "its seal is not the replica's"),
+        (json.dumps({"body": body, "sig": "0" * 64, "extra": 1}), "not a sealed summary"),
+    ]:  # fmt: skip
+        keycache.client().set(names.metrics_last(victim.name, str(replica.pk)), raw, ex=60)
+        assert latest_summaries(victim.name, [replica.pk]) == {}, why
+        assert deployments_autoscale() == 1
+        assert Deployment.objects.get(pk=victim.pk).replicas == 1, why
+        assert why in caplog.text
+    plant(settings, victim.name, replica.pk, load)  # sealed with the replica's own token
+    assert latest_summaries(victim.name, [replica.pk])[replica.pk]["requests"] == 100
+    assert deployments_autoscale() == 1
+    assert Deployment.objects.get(pk=victim.pk).replicas == 5

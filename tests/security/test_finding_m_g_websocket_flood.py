@@ -11,6 +11,7 @@ connected clients is exact.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,10 @@ from django.test import Client
 from accounts.team_services import member_remove
 from console.asgi import application
 from inference import metrics_hub
+from inference.models import Replica
+from inference.services.deployments import DeploymentSpec, deployment_create, deployment_reconcile
 from tests.security.dataplane import PrivateRedis, colour_deployment
+from tests.support.summaries import sealed_summary
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -56,7 +60,12 @@ def test_m_g_many_metrics_sockets_share_one_redis_subscription_and_one_person_is
     private_redis, settings, owner, viewer, team, tmp_path
 ) -> None:
     settings.WS_PER_USER = 10
-    colour_deployment(team, owner, tmp_path)
+    replica = colour_deployment(team, owner, tmp_path)
+    spec = DeploymentSpec(name="shapes", model_version_id=replica.model_version_id)
+    shapes = deployment_create(team=team, actor=owner, spec=spec)
+    deployment_reconcile(shapes.pk)
+    other_replica = Replica.objects.get(deployment=shapes)
+    genuine = sealed_summary("colours", replica.pk, requests=3)
     seen = {}
     vera, olivia = headers_for(viewer), headers_for(owner)
 
@@ -72,11 +81,14 @@ def test_m_g_many_metrics_sockets_share_one_redis_subscription_and_one_person_is
         seen["growth"], seen["clients"] = len(after) - len(before), after
         extra = WebsocketCommunicator(application, "/ws/deployments/colours/metrics/", headers=vera)
         seen["over_the_cap"] = await extra.connect(timeout=5)
-        # A summary published by a runner reaches every socket once; a planted non-JSON one reaches none.
+        # A summary published by a runner reaches every socket once; planted ones reach none: not JSON,
+        # not sealed, sealed by a replica of another deployment (its host holds that replica's token).
         publisher = redis.Redis.from_url(private_redis.url)
         channel = f"{settings.REDIS_PREFIX}:metrics:colours"
         publisher.publish(channel, b"\x80\x04not json")
-        publisher.publish(channel, b'{"ts": 1, "requests": 3}')
+        publisher.publish(channel, json.loads(genuine)["body"])
+        publisher.publish(channel, sealed_summary("colours", other_replica.pk, requests=9))
+        publisher.publish(channel, genuine)
         publisher.close()
         seen["received"] = [await s.receive_from(timeout=5) for s in sockets]
         seen["quiet"] = [await s.receive_nothing(timeout=0.3) for s in sockets]
@@ -94,7 +106,7 @@ def test_m_g_many_metrics_sockets_share_one_redis_subscription_and_one_person_is
     # The hub's bounded pool, its subscription included, not a client (or more) per socket.
     assert seen["growth"] <= metrics_hub.HUB_CONNECTIONS < 10, seen
     assert seen["over_the_cap"] == (False, 4429)
-    assert seen["received"] == ['{"ts": 1, "requests": 3}'] * 10
+    assert [json.loads(text) for text in seen["received"]] == [json.loads(json.loads(genuine)["body"])] * 10
     assert all(seen["quiet"])
     assert seen["someone_else"] is True and seen["after_closing"] is True
 
