@@ -3,8 +3,10 @@ from datetime import date, datetime
 from django.utils import timezone
 from ninja import Field, Schema
 
+from core.schemas import StrictIn
 
-class ApiKeyLimits(Schema):
+
+class ApiKeyLimits(StrictIn):
     """What a key may do, set at creation and changed with PATCH; null = no limit."""
 
     deployments: list[str] = Field(default=[], description="deployment names this key may call; empty = all")
@@ -75,11 +77,11 @@ class MemberOut(Schema):
         return obj.user.username
 
 
-class RoleIn(Schema):
+class RoleIn(StrictIn):
     role: str
 
 
-class TeamIn(Schema):
+class TeamIn(StrictIn):
     name: str
 
 
@@ -97,7 +99,7 @@ class TeamOut(Schema):
         return obj.team.name
 
 
-class InvitationIn(Schema):
+class InvitationIn(StrictIn):
     role: str = "member"
     email: str = ""
 

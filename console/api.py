@@ -16,6 +16,7 @@ from accounts.api_team import teams_router
 from accounts.auth import team_auth
 from contract.envelope import error_envelope
 from core.errors import ApplicationError
+from core.schemas import validation_message
 from evalsets.api import router as datasets_router
 from inference.api.deployments import router as deployments_router
 from inference.api.fleet import router as fleet_router
@@ -51,10 +52,7 @@ def on_auth_error(request, exc):
 
 @api.exception_handler(NinjaValidationError)
 def on_validation_error(request, exc: NinjaValidationError):
-    first = exc.errors[0] if exc.errors else {}
-    where = ".".join(str(p) for p in first.get("loc", []) if p not in ("body", "payload"))
-    message = f"{where}: {first.get('msg', 'invalid input')}" if where else first.get("msg", "invalid input")
-    return _error(request, 422, "validation_error", message)
+    return _error(request, 422, "validation_error", validation_message(exc.errors))
 
 
 @api.exception_handler(OperationalError)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ninja import File, Form, Router, Status
 from ninja.files import UploadedFile
 
+from core.schemas import strict_form
 from evalsets import selectors
 from evalsets.schemas import DatasetOut
 from evalsets.services import dataset_create, dataset_delete
@@ -18,6 +19,7 @@ def dataset_list(request):
 
 
 @router.post("", response={201: DatasetOut})
+@strict_form
 def dataset_upload(
     request,
     name: Form[str],

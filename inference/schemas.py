@@ -3,6 +3,7 @@ from typing import Annotated
 
 from ninja import Field, Schema
 
+from core.schemas import StrictIn
 from inference.jobs.registry import KindNameSchema, KindOptionsSchema
 from inference.reports import public_result
 from inference.selectors import deployment_status
@@ -92,7 +93,7 @@ class ReplicaOut(Schema):
         return obj.node.region
 
 
-class DeploymentIn(Schema):
+class DeploymentIn(StrictIn):
     name: str
     model_version_id: int
     replicas: int = 1
@@ -103,7 +104,7 @@ class DeploymentIn(Schema):
     node_selector: dict[str, str] = {}  # labels a node must carry, e.g. {"gpu": "a10"}
 
 
-class DeploymentPatch(Schema):
+class DeploymentPatch(StrictIn):
     """Only the fields sent change; runtime settings roll out replica by replica."""
 
     replicas: int | None = None
@@ -116,14 +117,14 @@ class DeploymentPatch(Schema):
     node_selector: dict[str, str] | None = None
 
 
-class CanaryIn(Schema):
+class CanaryIn(StrictIn):
     """Start a canary of another version of the deployment's model, or change a running one's share."""
 
     model_version_id: int
     percent: int = Field(description="share of requests for the canary, 1-50")
 
 
-class AutoscalingIn(Schema):
+class AutoscalingIn(StrictIn):
     """Bounds and target of autoscaling; `max_replicas` 0 turns it off."""
 
     min_replicas: int = Field(
@@ -238,7 +239,7 @@ class NodeOut(Schema):
         return obj.replicas.count() if count is None else count
 
 
-class ReplicaReport(Schema):
+class ReplicaReport(StrictIn):
     id: int
     state: str
     url: str = ""
@@ -246,7 +247,7 @@ class ReplicaReport(Schema):
     gpu_memory_bytes: int | None = None  # measured by the agent once the runner loaded
 
 
-class HeartbeatIn(Schema):
+class HeartbeatIn(StrictIn):
     region: str
     inventory: dict = {}
     replicas: list[ReplicaReport] = []
@@ -259,7 +260,7 @@ class HeartbeatOut(Schema):
     rotate_credential: bool = Field(description="when true, call POST /nodes/credential for a new token")
 
 
-class NodeJoinIn(Schema):
+class NodeJoinIn(StrictIn):
     """Checked in this order: the join token (401/409) before the fields (422), so a caller without
     a valid token learns nothing else."""
 
@@ -279,8 +280,7 @@ class NodeCredentialOut(Schema):
     node_token: str
 
 
-class NodePoolIn(Schema):
-    model_config = {"extra": "forbid"}
+class NodePoolIn(StrictIn):
     name: str
     selector: dict = Field({}, description="labels a node must all carry to be in the pool")
     nodes: list[str] = Field([], description="nodes in the pool by name, whatever their labels")
@@ -293,8 +293,7 @@ class NodePoolOut(Schema):
     created_at: datetime
 
 
-class FleetGrantIn(Schema):
-    model_config = {"extra": "forbid"}
+class FleetGrantIn(StrictIn):
     pools: list[str] = Field([], description="node pools the team may use; empty: every shared node")
     max_replicas: int | None = Field(None, ge=0, description="replicas across the team's deployments")
     max_gpus: int | None = Field(None, ge=0, description="GPU replicas (each holds one GPU)")
@@ -310,7 +309,7 @@ class FleetGrantOut(Schema):
     max_gpu_memory_bytes: int | None
 
 
-class JoinTokenIn(Schema):
+class JoinTokenIn(StrictIn):
     region: str
     labels: dict = {}
     ttl_s: int = 3600
@@ -327,7 +326,7 @@ class JoinTokenOut(Schema):
     expires_at: datetime
 
 
-class JobIn(Schema):
+class JobIn(StrictIn):
     """Start a job of ``kind`` on a version; ``options`` follow that kind's schema (x-options-by-kind)."""
 
     version_id: int

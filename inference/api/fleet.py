@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from accounts.install_admin import install_admin_require
 from accounts.models import Team
 from core.errors import BadRequest, NotFound, ValidationFailed
+from core.schemas import validation_message
 from inference.models import FleetGrant, NodePool
 from inference.schemas import FleetGrantIn, FleetGrantOut, NodePoolIn, NodePoolOut
 from inference.services.fleet import grant_of, grant_set, grant_view, pool_create, pool_delete
@@ -38,9 +39,7 @@ def _body(request, schema: type[Schema]) -> Schema:
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ValidationFailed(f"{where}: {first['msg']}" if where else str(first["msg"])) from None
+        raise ValidationFailed(validation_message(exc.errors())) from None
 
 
 @router.get("/pools", response=list[NodePoolOut])

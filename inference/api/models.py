@@ -9,6 +9,7 @@ from ninja import File, Form, Router, Status
 from ninja.files import UploadedFile
 
 from core.errors import ValidationFailed
+from core.schemas import strict_form
 from inference import selectors
 from inference.schemas import JobOut, ModelOut, ModelVersionOut
 from inference.services.imports import model_import_start
@@ -39,6 +40,7 @@ def model_list(request):
 
 
 @router.post("", response={201: ModelVersionOut, 202: JobOut})
+@strict_form
 def model_upload(
     request,
     name: Form[str],

@@ -13,6 +13,7 @@ from ninja.security import HttpBearer
 from pydantic import ValidationError as PydanticValidationError
 
 from core.errors import BadRequest, NotFound, Unauthorized, ValidationFailed
+from core.schemas import validation_message
 from inference import selectors, storage
 from inference.models import Artifact
 from inference.schemas import (
@@ -137,10 +138,7 @@ def heartbeat_answer(token: str | None, body: bytes) -> dict:
     try:
         payload = HeartbeatIn.model_validate(data)
     except PydanticValidationError as exc:
-        errors = exc.errors()
-        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else ""
-        message = str(errors[0]["msg"]) if errors else "invalid input"
-        raise ValidationFailed(f"{where}: {message}" if where else message) from None
+        raise ValidationFailed(validation_message(exc.errors())) from None
     return _beat(snapshot, payload)
 
 

@@ -19,7 +19,8 @@ _ERROR_CODES = {
     "405": "The route exists for another method (see `Allow`).",
     "413": "The body is larger than the limit.",
     "415": "The Content-Type is not one the route reads.",
-    "422": "The input is well-formed but not acceptable (not an image, wrong field type, out of range).",
+    "422": "The input is well-formed but not acceptable (not an image, wrong field type, out of range, "
+    "a field the route does not take).",
     "429": "The key's rate limit is spent; retry after `Retry-After` seconds.",
     "503": "The deployment is paused, has no ready replica, or a replica is overloaded; retry after "
     "`Retry-After` seconds. A deployment scaled to zero holds the request while a replica starts and "
@@ -61,7 +62,17 @@ _GENERATION_FIELDS: dict[str, Any] = {
     "seed": {"type": "integer", "minimum": 0},
     "stop": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "maxItems": 4}]},
     "stream": {"type": "boolean", "description": "Answer with Server-Sent Events ending `data: [DONE]`."},
-    "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+    "stream_options": {
+        "type": "object",
+        "properties": {"include_usage": {"type": "boolean"}},
+        "additionalProperties": False,
+    },
+    # Accepted at their defaults only: one choice, no log-probabilities, no penalties.
+    "n": {"const": 1},
+    "logprobs": {"const": False},
+    "presence_penalty": {"const": 0},
+    "frequency_penalty": {"const": 0},
+    "user": {"type": "string", "description": "The caller's end-user id; accepted, not used."},
 }
 _STREAM = {
     "text/event-stream": {
@@ -150,8 +161,15 @@ _SCHEMAS: dict[str, Any] = {
             "image": {"type": "string", "description": "Base64 (or a data: URL)."},
             "top_k": _TOP_K,
         },
+        "additionalProperties": False,
     },
-    "TextInputs": {"type": "object", "required": ["inputs"], "properties": {"inputs": _TEXTS}},
+    "TextInputs": {
+        "type": "object",
+        "required": ["inputs"],
+        "properties": {"inputs": _TEXTS, "top_k": _TOP_K},
+        "additionalProperties": False,
+        "description": "`top_k` for text classifiers only.",
+    },
     "EmbeddingsRequest": {
         "type": "object",
         "required": ["model", "input"],
@@ -159,7 +177,10 @@ _SCHEMAS: dict[str, Any] = {
             "model": {"type": "string", "description": "The deployment name."},
             "input": _TEXTS,
             "encoding_format": {"enum": ["float", "base64"]},
+            "dimensions": {"type": "integer", "minimum": 1},
+            "user": {"type": "string", "description": "The caller's end-user id; accepted, not used."},
         },
+        "additionalProperties": False,
     },
     "EmbeddingsResponse": {
         "type": "object",
@@ -199,15 +220,19 @@ _SCHEMAS: dict[str, Any] = {
                     "properties": {
                         "role": {"enum": ["system", "user", "assistant"]},
                         "content": {"type": "string"},
+                        "name": {"type": "string"},
                     },
+                    "additionalProperties": False,
                 },
             },
         },
+        "additionalProperties": False,
     },
     "CompletionRequest": {
         "type": "object",
         "required": ["model", "prompt"],
-        "properties": {**_GENERATION_FIELDS, "prompt": {"type": "string"}},
+        "properties": {**_GENERATION_FIELDS, "prompt": {"type": "string"}, "echo": {"const": False}},
+        "additionalProperties": False,
     },
     "Completion": {
         "type": "object",

@@ -81,3 +81,12 @@ async def read_json(request: web.Request, limit: int, max_depth: int = DEFAULT_J
     if request.content_type != JSON_TYPE:
         raise UnsupportedMediaType(f"expected Content-Type {JSON_TYPE}, got {request.content_type or 'none'}")
     return parse_json(await read_body(request, limit), max_depth)
+
+
+def fields_require(data: dict[str, Any], allowed: frozenset[str], where: str = "") -> None:
+    """Refuse (422) a field this route does not read, naming it: silently ignoring a misspelt
+    ``max_token`` would answer with the default length and leave the caller none the wiser."""
+    unknown = sorted(key for key in data if key not in allowed)
+    if unknown:
+        place = f"{where}.{unknown[0]}" if where else unknown[0]
+        raise InvalidInput(f"unknown field '{place}': this route takes {', '.join(sorted(allowed))}")

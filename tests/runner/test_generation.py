@@ -199,6 +199,29 @@ def test_a_client_that_disconnects_cancels_its_sequence(chat_runner, client) -> 
         ),
         (CHAT, chat_body(model="other"), 404, "not_found", "other"),
         (CHAT, {"messages": HELLO}, 422, "invalid_input", "model"),
+        # a misspelt field is named, not ignored (the answer would have had the default length)
+        (CHAT, chat_body(max_token=5), 422, "invalid_input", "unknown field 'max_token'"),
+        (
+            COMPLETIONS,
+            {"model": MODEL, "prompt": "hi", "messages": HELLO},
+            422,
+            "invalid_input",
+            "'messages'",
+        ),
+        (
+            CHAT,
+            {"model": MODEL, "messages": [{"role": "user", "content": "hi", "contnet": "x"}]},
+            422,
+            "invalid_input",
+            "unknown field 'messages[0].contnet'",
+        ),
+        (
+            CHAT,
+            chat_body(stream=True, stream_options={"include_usgae": True}),
+            422,
+            "invalid_input",
+            "unknown field 'stream_options.include_usgae'",
+        ),
     ],
 )
 def test_malformed_requests_get_their_precise_error(client, path, body, status, error_type, words) -> None:

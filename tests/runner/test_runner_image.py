@@ -159,6 +159,18 @@ def test_multipart_without_file_field_is_422(colour_client: httpx.Client) -> Non
     assert_error(response, 422, "invalid_input")
 
 
+def test_a_field_the_route_does_not_take_is_named(colour_client: httpx.Client) -> None:
+    image = base64.b64encode(encode("red")).decode()
+    body = assert_error(colour_client.post(PREDICT, json={"image": image, "topk": 2}), 422, "invalid_input")
+    assert body["error"]["message"].startswith("unknown field 'topk'")
+    form = colour_client.post(
+        PREDICT, files={"file": ("x.png", encode("red", "PNG"), "image/png")}, data={"topk": "2"}
+    )
+    assert "unknown form field 'topk'" in assert_error(form, 422, "invalid_input")["error"]["message"]
+    ok = colour_client.post(PREDICT, json={"image": image, "top_k": 2})  # the field spelt right
+    assert ok.status_code == 200 and len(ok.json()["predictions"]) == 2
+
+
 def test_body_over_the_limit_is_413_by_content_length(colour_client: httpx.Client) -> None:
     response = colour_client.post(PREDICT, content=b"\0" * 200_001, headers={"Content-Type": "image/jpeg"})
     assert_error(response, 413, "payload_too_large")

@@ -124,6 +124,20 @@ def test_bad_text_requests_get_their_exact_status_and_type(
 
 
 @pytest.mark.parametrize(
+    ("path", "payload", "named"),
+    [
+        (PREDICT, {"inputs": "hi", "top_k": 1}, "top_k"),  # classifiers only; this model embeds
+        (PREDICT, {"input": "hi"}, "input"),
+        ("/v1/embeddings", {"model": "minibert", "input": "hi", "encoding": "float"}, "encoding"),
+    ],
+)
+def test_a_field_the_route_does_not_take_is_named(minibert_client, path, payload, named) -> None:
+    response = minibert_client.post(path, json=payload)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["message"].startswith(f"unknown field '{named}'")
+
+
+@pytest.mark.parametrize(
     ("content", "content_type", "status", "error_type"),
     [
         (b'{"inputs": "caf\xe9"}', "application/json", 400, "bad_request"),

@@ -1,7 +1,8 @@
 """OpenAI-compatible chat and completion requests in, response bodies and stream chunks out.
 
 Only what this runner implements is accepted: one choice (``n`` = 1), no log-probabilities, no
-penalties; anything else gets a 422 that names the field rather than being silently ignored.
+penalties; anything else, and any field OpenAI does not define for the route, gets a 422 that names
+the field rather than being silently ignored.
 """
 
 from __future__ import annotations
@@ -14,11 +15,20 @@ from typing import Any
 
 from ..config import RequestLimits
 from ..errors import InvalidInput, PayloadTooLarge
+from ..protocol import fields_require
 from .chat_template import ROLES, Messages
 from .sampling import SamplingParams
 
 DEFAULT_LIMITS = RequestLimits()
 MAX_STOPS = DEFAULT_LIMITS.stop_strings
+# The fields OpenAI defines that this runner reads (or refuses with a reason, like ``n`` > 1); any other
+# field is refused with 422. ``user`` is the caller's end-user id, accepted and not used.
+_COMMON_FIELDS = {"model", "max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "stream",
+                  "stream_options", "n", "logprobs", "presence_penalty", "frequency_penalty", "user"}  # fmt: skip
+CHAT_FIELDS = frozenset(_COMMON_FIELDS | {"messages", "max_completion_tokens", "top_logprobs"})
+COMPLETION_FIELDS = frozenset(_COMMON_FIELDS | {"prompt", "echo"})
+MESSAGE_FIELDS = frozenset({"role", "content", "name"})
+STREAM_OPTION_FIELDS = frozenset({"include_usage"})
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,7 @@ def _stream_flags(data: dict[str, Any]) -> tuple[bool, bool]:
     options = data.get("stream_options") or {}
     if not isinstance(options, dict):
         raise InvalidInput("'stream_options' must be an object")
+    fields_require(options, STREAM_OPTION_FIELDS, "stream_options")
     return bool(stream), bool(options.get("include_usage", False))
 
 
@@ -141,6 +152,7 @@ def parse_messages(value: Any, limits: RequestLimits = DEFAULT_LIMITS) -> Messag
     for index, message in enumerate(value):
         if not isinstance(message, dict):
             raise InvalidInput(f"messages[{index}] must be an object with 'role' and 'content'")
+        fields_require(message, MESSAGE_FIELDS, f"messages[{index}]")
         role = message.get("role")
         if role not in ROLES:
             raise InvalidInput(
@@ -154,11 +166,13 @@ def parse_messages(value: Any, limits: RequestLimits = DEFAULT_LIMITS) -> Messag
 
 
 def parse_chat(data: dict[str, Any], limits: RequestLimits = DEFAULT_LIMITS) -> GenerationRequest:
+    fields_require(data, CHAT_FIELDS)
     common = parse_common(data, ("max_completion_tokens", "max_tokens"), limits)
     return GenerationRequest(**common, messages=parse_messages(data.get("messages"), limits))
 
 
 def parse_completion(data: dict[str, Any], limits: RequestLimits = DEFAULT_LIMITS) -> GenerationRequest:
+    fields_require(data, COMPLETION_FIELDS)
     prompt = data.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]

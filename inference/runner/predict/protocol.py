@@ -15,11 +15,16 @@ from typing import Any, Literal, NotRequired, TypedDict
 from aiohttp import BodyPartReader, web
 
 from ..errors import BadRequest, InvalidInput, UnsupportedMediaType
-from ..protocol import CHUNK, JSON_TYPE, check_length, parse_json, read_body, read_limited
+from ..protocol import CHUNK, JSON_TYPE, check_length, fields_require, parse_json, read_body, read_limited
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/jpg", "image/pjpeg", "image/png", "image/webp"})
 MULTIPART_TYPE = "multipart/form-data"
 ENCODINGS = ("float", "base64")
+# The fields each body may carry; any other is refused with 422 naming it (``fields_require``).
+EMBEDDINGS_FIELDS = frozenset({"model", "input", "encoding_format", "dimensions", "user"})  # OpenAI's
+TEXT_FIELDS = frozenset({"inputs", "top_k"})  # predict on a text classifier
+VECTOR_FIELDS = frozenset({"inputs"})  # predict on an embedding model
+IMAGE_FIELDS = frozenset({"image", "top_k"})  # predict on an image classifier, as JSON or form fields
 
 
 class Prediction(TypedDict):
@@ -82,6 +87,7 @@ def parse_model(data: dict[str, Any]) -> str:
 
 def parse_embeddings(data: dict[str, Any], model: str) -> EmbeddingsRequest:
     """The rest of an embeddings request, read once the model is known to be served here."""
+    fields_require(data, EMBEDDINGS_FIELDS)
     encoding = data.get("encoding_format", "float")
     if encoding not in ENCODINGS:
         raise InvalidInput("'encoding_format' must be 'float' or 'base64'")
@@ -90,8 +96,9 @@ def parse_embeddings(data: dict[str, Any], model: str) -> EmbeddingsRequest:
     return EmbeddingsRequest(model, data["input"], encoding, data.get("dimensions"))
 
 
-def parse_inputs(data: dict[str, Any]) -> Any:
+def parse_inputs(data: dict[str, Any], allowed: frozenset[str] = TEXT_FIELDS) -> Any:
     """The ``inputs`` field of a text predict request (checked further by ``parse_texts``)."""
+    fields_require(data, allowed)
     if "inputs" not in data:
         raise InvalidInput("JSON body needs an 'inputs' field (a string or a list of strings)")
     return data["inputs"]
@@ -125,6 +132,8 @@ async def _read_multipart(request: web.Request, limit: int) -> tuple[bytes, Any]
                 image = data
             elif part.name == "top_k":
                 top_k = data.decode("utf-8", "replace").strip()
+            else:
+                raise InvalidInput(f"unknown form field '{part.name}': send 'file' and optionally 'top_k'")
     except (ValueError, AssertionError, RuntimeError, UnicodeDecodeError):
         raise BadRequest("malformed multipart/form-data body") from None
     if image is None:
@@ -141,6 +150,7 @@ async def read_image_request(request: web.Request, limit: int, max_depth: int) -
         return await _read_multipart(request, limit)
     if content_type == JSON_TYPE:
         data = parse_json(await read_body(request, limit), max_depth)
+        fields_require(data, IMAGE_FIELDS)
         if "image" not in data:
             raise InvalidInput("JSON body needs an 'image' field (base64)")
         return decode_base64(data["image"]), data.get("top_k")

@@ -13,7 +13,7 @@ from ..config import FEATURE_EXTRACTION, TEXT_CLASSIFICATION
 from ..protocol import read_json
 from ..state import STATE
 from . import serving
-from .protocol import parse_embeddings, parse_inputs, parse_model, read_image_request
+from .protocol import VECTOR_FIELDS, parse_embeddings, parse_inputs, parse_model, read_image_request
 
 
 async def predict(request: web.Request) -> web.Response:
@@ -23,7 +23,9 @@ async def predict(request: web.Request) -> web.Response:
     limit, depth = state.config.max_body_bytes, state.config.limits.json_depth
     if state.manifest.task == FEATURE_EXTRACTION:
         data = await read_json(request, limit, depth)
-        return web.json_response(await serving.embed_inputs(request, state, parse_inputs(data)))
+        return web.json_response(
+            await serving.embed_inputs(request, state, parse_inputs(data, VECTOR_FIELDS))
+        )
     if state.manifest.task == TEXT_CLASSIFICATION:
         data = await read_json(request, limit, depth)
         inputs = parse_inputs(data)
