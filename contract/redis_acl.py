@@ -30,12 +30,15 @@ import hashlib
 import hmac
 import re
 from dataclasses import dataclass
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from .redis_keys import RedisKeys
 
 EDGE, RUNNER, AGENT = "edge", "runner", "agent"
 KINDS = (EDGE, RUNNER, AGENT)
+# The edge environment's credentials (``inference.routes_publish.edge_environment``), which an agent puts
+# on its own Redis URL; runners get theirs as ``redis_user``/``redis_password`` in a desired replica.
+REDIS_USER_ENV, REDIS_PASSWORD_ENV = "LANTAU_REDIS_USER", "LANTAU_REDIS_PASSWORD"
 _DEPLOYMENT = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")  # node_join.NAME_RE's shape: no glob
 _BASE = ("+ping",)  # redis-py's health checks; AUTH and HELLO need no permission
 _SCRIPTS = ("+evalsha", "+eval", "+script|load", "+time")  # redis-py's Script, and the scripts' clock
@@ -157,6 +160,10 @@ def selectors_supported(version: str) -> bool:
 def url_with_user(url: str, user: str, password: str) -> str:
     """``url`` (host, port, database, TLS) with these credentials instead of its own."""
     parts = urlsplit(url)
+    if parts.scheme == "unix":  # unix:///path.sock?db=0&username=u&password=p (redis-py's form)
+        query = [(k, v) for k, v in parse_qsl(parts.query) if k not in {"username", "password"}]
+        return urlunsplit(parts._replace(netloc="", query=urlencode([*query, ("username", user),
+                                                                     ("password", password)])))  # fmt: skip
     host = parts.hostname or "127.0.0.1"
     if ":" in host:
         host = f"[{host}]"
