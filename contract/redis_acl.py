@@ -40,7 +40,7 @@ KINDS = (EDGE, RUNNER, AGENT)
 # on its own Redis URL; runners get theirs as ``redis_user``/``redis_password`` in a desired replica.
 REDIS_USER_ENV, REDIS_PASSWORD_ENV = "LANTAU_REDIS_USER", "LANTAU_REDIS_PASSWORD"
 _DEPLOYMENT = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")  # node_join.NAME_RE's shape: no glob
-_BASE = ("+ping",)  # redis-py's health checks; AUTH and HELLO need no permission
+_BASE = ("+ping", "+select")  # health checks, the URL's database; AUTH and HELLO need none
 _SCRIPTS = ("+evalsha", "+eval", "+script|load", "+time")  # redis-py's Script, and the scripts' clock
 
 
