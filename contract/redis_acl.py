@@ -83,8 +83,12 @@ def _metering(k: RedisKeys, *, runner: bool) -> list[Grant]:
     grants = [
         Grant(_SCRIPTS[:3], both=(bucket, month, held)),
         Grant(("+hmget", "+hset", "+pexpire"), both=(bucket,)),
-        Grant(("+hgetall", "+hdel", "+hincrby", "+expire") if runner else ("+hgetall", "+hdel"), both=(held,)),
-        Grant(("+hget", "+hincrby", "+expire"), both=(month,)) if runner else Grant(("+hget",), read=(month,)),
+        Grant(
+            ("+hgetall", "+hdel", "+hincrby", "+expire") if runner else ("+hgetall", "+hdel"), both=(held,)
+        ),
+        Grant(("+hget", "+hincrby", "+expire"), both=(month,))
+        if runner
+        else Grant(("+hget",), read=(month,)),
         Grant(("+hset",), write=(k.last_use("*"),)),
     ]
     if runner:

@@ -259,7 +259,11 @@ def node_env(env: dict[str, str], token: str, agent_redis: str | None = None) ->
     """The node agent's environment: the runner allowlist plus its token and its own Redis URL (its
     ACL user; runners get their deployment's from the console). Secrets go in the environment, never on
     the command line, where `ps` shows them to every local user."""
-    return {**runner_env(base=env), "LANTAU_NODE_TOKEN": token, "LANTAU_REDIS_URL": agent_redis or env["REDIS_URL"]}
+    return {
+        **runner_env(base=env),
+        "LANTAU_NODE_TOKEN": token,
+        "LANTAU_REDIS_URL": agent_redis or env["REDIS_URL"],
+    }
 
 
 class Keeper:

@@ -95,7 +95,9 @@ def redis_runner_user_ensure(deployment: str) -> None:
         client = _client()
         _setuser(client, RUNNER, deployment, redis_selectors(client))
     except RedisError as exc:
-        log.warning("Redis user of deployment %s not created (run manage.py redis_acl apply): %s", deployment, exc)
+        log.warning(
+            "Redis user of deployment %s not created (run manage.py redis_acl apply): %s", deployment, exc
+        )
 
 
 def redis_runner_user_drop(deployment: str) -> None:
@@ -105,7 +107,9 @@ def redis_runner_user_drop(deployment: str) -> None:
     try:
         _client().execute_command("ACL", "DELUSER", user_name(settings.REDIS_PREFIX, RUNNER, deployment))
     except RedisError as exc:
-        log.warning("Redis user of deployment %s not deleted (redis_acl apply --drop-previous): %s", deployment, exc)
+        log.warning(
+            "Redis user of deployment %s not deleted (redis_acl apply --drop-previous): %s", deployment, exc
+        )
 
 
 def redis_acl_lines(*, selectors: bool = True) -> list[str]:

@@ -110,7 +110,9 @@ def test_the_console_cache_lives_where_no_restricted_user_reaches():
 
 
 @FORMS
-def test_a_runner_of_deployment_a_cannot_reach_b_the_cache_routes_or_run_admin_commands(install, admin, selectors):
+def test_a_runner_of_deployment_a_cannot_reach_b_the_cache_routes_or_run_admin_commands(
+    install, admin, selectors
+):
     names, make = install
     url = make(redis_acl.RUNNER, "dep-a", selectors=selectors)
     make(redis_acl.RUNNER, "dep-b", selectors=selectors)
@@ -222,8 +224,15 @@ def test_a_real_runner_serves_an_api_key_under_its_deployments_user(install, adm
 def test_the_edges_code_works_under_the_edge_user_and_reaches_nothing_else(install, admin, selectors):
     names, make = install
     url = make(redis_acl.EDGE, selectors=selectors)
-    entry = RouteEntry(name="colours", team_id=TEAM, task="image-classification", model_version="colours:1",
-                       paused=False, created=1, replicas=(RouteReplica(1, "http://10.0.0.1:9000", "hk", "n1", "t"),))
+    entry = RouteEntry(
+        name="colours",
+        team_id=TEAM,
+        task="image-classification",
+        model_version="colours:1",
+        paused=False,
+        created=1,
+        replicas=(RouteReplica(1, "http://10.0.0.1:9000", "hk", "n1", "t"),),
+    )
     admin.hset(names.routes(), "colours", route_sign(CONSOLE, names.prefix, entry, EDGE_KEY))
     key, key_id = issue_key(admin, names, rate_per_s=50.0, burst=10, quota=Quota(requests=100))
     admin.hset(names.quota_reserved(key_id), "1:requests", 1)  # aged out: the quota check drops it
@@ -241,10 +250,13 @@ def test_the_edges_code_works_under_the_edge_user_and_reaches_nothing_else(insta
         await keys.authorize(identity, "colours")
         await RedisWaker(client, names, "edge-test").wake("colours")
         refused_async = [
-            client.get(names.usage(key_id)), client.hincrby(names.usage(key_id), "requests", -5),
-            client.set(f"{names.prefix}:1:cache", "planted"), client.lrange(wake_queue_key(names), 0, -1),
+            client.get(names.usage(key_id)),
+            client.hincrby(names.usage(key_id), "requests", -5),
+            client.set(f"{names.prefix}:1:cache", "planted"),
+            client.lrange(wake_queue_key(names), 0, -1),
             client.publish(names.routes_channel(), "*"),
-            client.set(names.metrics_last("colours", "1"), "forged"), client.keys("*"),
+            client.set(names.metrics_last("colours", "1"), "forged"),
+            client.keys("*"),
             client.execute_command("FLUSHALL"),
         ]
         if selectors:  # Redis 7: each command only on the keys it is used on (6.2: signed entries still hold)

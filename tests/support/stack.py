@@ -294,7 +294,11 @@ class Stack:
             stale = list(client.scan_iter(match=f"{prefix}:*", count=1000))
             for start in range(0, len(stale), 500):
                 client.delete(*stale[start : start + 500])
-            users = [u.decode() for u in client.execute_command("ACL", "USERS") if u.decode().startswith(f"{prefix}-")]
+            users = [
+                u.decode()
+                for u in client.execute_command("ACL", "USERS")
+                if u.decode().startswith(f"{prefix}-")
+            ]
             if users:
                 client.execute_command("ACL", "DELUSER", *users)
         except redis.RedisError:

@@ -21,7 +21,9 @@ class Command(BaseCommand):
         apply.add_argument("--drop-previous", action="store_true",
                            help="also delete runner users of deployments that no longer exist")  # fmt: skip
         show = sub.add_parser("print", help="the users as ACL file lines (passwords as SHA-256)")
-        show.add_argument("--redis6", action="store_true", help="Redis 6.2 rules (no selectors, no %%R~/%%W~)")
+        show.add_argument(
+            "--redis6", action="store_true", help="Redis 6.2 rules (no selectors, no %%R~/%%W~)"
+        )
         url = sub.add_parser("url", help="a Redis URL with one user's credentials")
         url.add_argument("kind", choices=KINDS)
         url.add_argument("--deployment", help="the runner's deployment")
