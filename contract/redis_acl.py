@@ -166,8 +166,7 @@ def url_with_user(url: str, user: str, password: str) -> str:
     parts = urlsplit(url)
     if parts.scheme == "unix":  # unix:///path.sock?db=0&username=u&password=p (redis-py's form)
         query = [(k, v) for k, v in parse_qsl(parts.query) if k not in {"username", "password"}]
-        return urlunsplit(parts._replace(netloc="", query=urlencode([*query, ("username", user),
-                                                                     ("password", password)])))  # fmt: skip
+        return f"unix://{parts.path}?{urlencode([*query, ('username', user), ('password', password)])}"
     host = parts.hostname or "127.0.0.1"
     if ":" in host:
         host = f"[{host}]"

@@ -343,3 +343,45 @@ def test_apply_is_idempotent_follows_deployments_and_print_parses(
             redis.Redis.from_url(url).ping()
     finally:
         admin.execute_command("ACL", "DELUSER", *mine)
+
+
+def test_credentials_are_handed_out_only_with_acls_on_and_rotate_with_the_epoch(settings, install, admin):
+    from inference.routes_publish import edge_environment
+    from inference.services.redis_users import redis_runner_credentials
+
+    names, _ = install
+    settings.REDIS_PREFIX, settings.REDIS_URL, settings.REDIS_ACL = names.prefix, redis_url_for_tests(), False
+    assert redis_runner_credentials("colours") == {}
+    assert edge_environment()["LANTAU_REDIS_URL"] == settings.REDIS_URL
+    assert redis_acl.REDIS_USER_ENV not in edge_environment()
+    settings.REDIS_ACL = True
+    given = redis_runner_credentials("colours")
+    assert given["redis_user"] == f"{names.prefix}-runner-colours"
+    edge = edge_environment()
+    assert edge[redis_acl.REDIS_USER_ENV] == f"{names.prefix}-edge"
+    user = edge[redis_acl.REDIS_USER_ENV]
+    rules = redis_acl.acl_rules(names.prefix, redis_acl.EDGE)
+    admin.execute_command(
+        "ACL", "SETUSER", *redis_acl.setuser_args(user, edge[redis_acl.REDIS_PASSWORD_ENV], rules)
+    )
+    try:
+        client = redis.Redis.from_url(edge["LANTAU_REDIS_URL"])
+        assert client.hgetall(names.routes()) == {}  # the edge's user, in the edge's URL
+        refused(lambda: client.set(f"{names.prefix}:1:x", "planted"))
+        settings.REDIS_ACL_EPOCH = "2"  # a new epoch: every password changes, the users stay
+        assert redis_runner_credentials("colours")["redis_password"] != given["redis_password"]
+        assert edge_environment()[redis_acl.REDIS_PASSWORD_ENV] != edge[redis_acl.REDIS_PASSWORD_ENV]
+        assert redis_runner_credentials("colours")["redis_user"] == given["redis_user"]
+    finally:
+        admin.execute_command("ACL", "DELUSER", user)
+
+
+def test_urls_keep_where_redis_is_and_take_the_users_credentials():
+    assert redis_acl.url_with_user("rediss://:old@redis.internal:6380/3", "p-edge", "s/cr:t") == (
+        "rediss://p-edge:s%2Fcr%3At@redis.internal:6380/3"
+    )
+    assert redis_acl.url_with_user("redis://[::1]/0", "u", "p") == "redis://u:p@[::1]/0"
+    unix = redis_acl.url_with_user("unix:///run/redis.sock?db=2&password=old", "u", "p")
+    assert unix == "unix:///run/redis.sock?db=2&username=u&password=p"
+    with pytest.raises(ValueError):
+        redis_acl.user_name("lantau", redis_acl.RUNNER, "a*")  # no glob in a deployment's patterns
