@@ -47,6 +47,11 @@ try:
     REDIS_URL = check_redis_url(env_str("REDIS_URL", "redis://127.0.0.1:6379/0"))
     # Namespaces Celery's queues, the Channels layer and the cache, so installs can share one Redis.
     REDIS_PREFIX = env_str("LANTAU_REDIS_PREFIX", "lantau")
+    # Redis ACL users per kind of process (inference.services.redis_users; docs/deployment.md, "Redis
+    # users"): edges, agents and runners get their own least-privilege credentials instead of REDIS_URL's.
+    # Passwords are HMAC(SECRET_KEY, user:epoch): a new LANTAU_REDIS_ACL_EPOCH rotates every one.
+    REDIS_ACL = env_bool("LANTAU_REDIS_ACL", False)
+    REDIS_ACL_EPOCH = env_str("LANTAU_REDIS_ACL_EPOCH", "1")
     STORAGE_DIR = Path(env_str("LANTAU_STORAGE_DIR", str(DATA_DIR / "storage"))).resolve()
     MAX_UPLOAD_BYTES = env_int("LANTAU_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1024)
     # Untrusted models (docs/security.md, "Untrusted models"): archive limits, free space kept, sandbox.

@@ -4,6 +4,9 @@ The prefix is ``LANTAU_REDIS_PREFIX`` (default ``lantau``): the console reads it
 ``settings.REDIS_PREFIX`` and hands it to node agents in each desired replica, and agents pass it to
 runners (``--redis-prefix``). Two installs sharing one Redis therefore never see each other's keys.
 
+Who may touch which of them is also enforced by Redis when the console runs with ``LANTAU_REDIS_ACL``:
+edges, agents and each deployment's runners get ACL users with only these patterns (``contract.redis_acl``).
+
 Writers and readers:
   ``<p>:apikey:<key prefix>``   signed entry or tombstone (contract.apikeys): console writes (accounts.keycache);
                                  gateway and runners read (the management API checks the database)

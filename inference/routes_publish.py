@@ -21,6 +21,7 @@ from django.db import transaction
 from redis.exceptions import RedisError
 
 from accounts import keyhash
+from contract.redis_acl import EDGE, REDIS_PASSWORD_ENV, REDIS_USER_ENV
 from contract.redis_keys import PREFIX_ENV, RedisKeys
 from contract.routes import (
     ALL_ROUTES,
@@ -34,6 +35,7 @@ from contract.routes import (
 from contract.signing import public_key_text
 from inference.models import Deployment, DesiredState, NodeStatus, ReplicaState
 from inference.services.nodes import runner_token
+from inference.services.redis_users import redis_user_credentials, redis_user_url
 
 log = logging.getLogger("lantau.routes")
 
@@ -90,7 +92,17 @@ def edge_environment() -> dict[str, str]:
         "LANTAU_KEY_VERIFY_KEY": public_key_text(keyhash.signer()),
         "LANTAU_REDIS_URL": settings.REDIS_URL,
         PREFIX_ENV: settings.REDIS_PREFIX,
+        **edge_redis_user(),
     }
+
+
+def edge_redis_user() -> dict[str, str]:
+    """With ``LANTAU_REDIS_ACL``: the edge's own Redis user instead of the console's, in the URL and as
+    user and password (an agent with its own Redis URL puts them on it: ``inference.agent.edge``)."""
+    if not settings.REDIS_ACL:
+        return {}
+    user, password = redis_user_credentials(EDGE)
+    return {"LANTAU_REDIS_URL": redis_user_url(EDGE), REDIS_USER_ENV: user, REDIS_PASSWORD_ENV: password}
 
 
 def _client() -> redis.Redis:

@@ -189,6 +189,22 @@ def prepare(env: dict[str, str]) -> str:
     return lines[-1].strip()
 
 
+def redis_users(env: dict[str, str]) -> str:
+    """The Redis ACL users of the edge, the agent and each deployment's runners (``manage.py redis_acl
+    apply``); returns the agent's Redis URL. A server that refuses ``ACL SETUSER`` turns ACLs off
+    (``LANTAU_REDIS_ACL=0`` for every child) and the agent gets the console's URL, as before."""
+    if env["LANTAU_REDIS_ACL"].strip().lower() in ("0", "false", "no", "off", ""):
+        return env["REDIS_URL"]
+    say("creating the Redis users of the edge, the agent and the runners")
+    try:
+        manage(env, "redis_acl", "apply", "--drop-previous", capture=True)
+    except Failed as exc:
+        say(f"Redis refused its ACL users, every process uses the console's Redis user ({exc})")
+        env["LANTAU_REDIS_ACL"] = "0"
+        return env["REDIS_URL"]
+    return manage(env, "redis_acl", "url", "agent", capture=True).strip()
+
+
 def child_commands(port: int, data_dir: Path) -> dict[str, list[str]]:
     """Each child's command line: no secret on any of them (they come through the environment)."""
     py = sys.executable
@@ -227,20 +243,27 @@ def child_commands(port: int, data_dir: Path) -> dict[str, list[str]]:
     }
 
 
-def start_children(env: dict[str, str], port: int, token: str, data_dir: Path) -> list[Child]:
+def start_children(
+    env: dict[str, str], port: int, token: str, data_dir: Path, agent_redis: str | None = None
+) -> list[Child]:
     log_dir = data_dir / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
     say(f"starting console, worker and node (logs in {log_dir})")
-    envs = {"node": node_env(env, token)}
+    envs = {"node": node_env(env, token, agent_redis)}
     return [
         Child(name, cmd, envs.get(name, env), log_dir) for name, cmd in child_commands(port, data_dir).items()
     ]
 
 
-def node_env(env: dict[str, str], token: str) -> dict[str, str]:
-    """The node agent's environment: the runner allowlist plus its token and Redis URL. Secrets go in
-    the environment, never on the command line, where `ps` shows them to every local user."""
-    return {**runner_env(base=env), "LANTAU_NODE_TOKEN": token, "LANTAU_REDIS_URL": env["REDIS_URL"]}
+def node_env(env: dict[str, str], token: str, agent_redis: str | None = None) -> dict[str, str]:
+    """The node agent's environment: the runner allowlist plus its token and its own Redis URL (its
+    ACL user; runners get their deployment's from the console). Secrets go in the environment, never on
+    the command line, where `ps` shows them to every local user."""
+    return {
+        **runner_env(base=env),
+        "LANTAU_NODE_TOKEN": token,
+        "LANTAU_REDIS_URL": agent_redis or env["REDIS_URL"],
+    }
 
 
 class Keeper:
@@ -317,9 +340,11 @@ def run(port: int, data_dir: Path, children: list[Child]) -> None:
         "LANTAU_DATA_DIR": str(data_dir),
         "DJANGO_SETTINGS_MODULE": "console.settings",
         "PYTHONUNBUFFERED": "1",
+        "LANTAU_REDIS_ACL": os.environ.get("LANTAU_REDIS_ACL", "1"),  # on unless the server refuses
     }
     token = prepare(env)
-    children.extend(start_children(env, port, token, data_dir))
+    agent_redis = redis_users(env)
+    children.extend(start_children(env, port, token, data_dir, agent_redis))
     wait_ready(port, children)
     say("waiting for the demo deployments to load")
     manage(env, "wait_deployments", "--timeout", "300")

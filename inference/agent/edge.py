@@ -37,6 +37,7 @@ from typing import Any
 
 import httpx
 
+from contract.redis_acl import REDIS_PASSWORD_ENV, REDIS_USER_ENV, url_with_user
 from contract.redis_keys import PREFIX_ENV
 from contract.routes import EDGE_KEY_ENV
 from inference.agent.supervisor import (
@@ -268,12 +269,14 @@ class EdgeSupervisor:
                 "--port", str(self.port)]  # fmt: skip
 
     def secrets(self) -> dict[str, str]:
-        """The edge's own variables: the console's, with this agent's Redis URL when it has one. The
-        edge gets them on top of the allowlisted part of the agent's environment (as runners get it)."""
+        """The edge's own variables: the console's, with this agent's Redis URL when it has one (and the
+        edge's Redis user from the console on it, when the console sent one: the agent's own user may
+        only PING). The edge gets them on top of the allowlisted part of the agent's environment."""
         assert self.environment is not None
         env = dict(self.environment)
+        user, password = env.pop(REDIS_USER_ENV, ""), env.pop(REDIS_PASSWORD_ENV, "")
         if self.redis_url:
-            env[REDIS_URL_ENV] = self.redis_url
+            env[REDIS_URL_ENV] = url_with_user(self.redis_url, user, password) if user else self.redis_url
         return env
 
     def _start(self, command: list[str], env: Mapping[str, str], digest: str) -> None:

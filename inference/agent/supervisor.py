@@ -31,6 +31,7 @@ from typing import Any, Self
 
 import httpx
 
+from contract.redis_acl import url_with_user
 from contract.redis_keys import DEFAULT_PREFIX
 from contract.replicas import ReplicaState
 from inference.agent import inventory
@@ -45,7 +46,7 @@ LIMIT_OPTIONS = frozenset({
 })  # fmt: skip
 # What a runner is started from: a desired replica whose hash of these changed needs a new runner.
 SPEC_KEYS = ("deployment", "version_id", "artifacts", "manifest", "device", "gpu_index", "batching",
-             "limits", "redis_prefix", "runner_token")  # fmt: skip
+             "limits", "redis_prefix", "runner_token", "redis_user", "redis_password")  # fmt: skip
 GPU_DEVICES = frozenset({"cuda", "tensorrt"})
 RUNNER_TOKEN_HEADER = "X-Lantau-Runner-Token"  # inference.runner.access.TOKEN_HEADER
 IDENTITY_PATH = "/.lantau-agent/identity"  # no such route: 404 with the right token, 401 with a wrong one
@@ -342,9 +343,17 @@ class Supervisor:
         desired = replica.spec
         # With Redis: API keys at the runner, rate limits, usage counters and live metrics.
         return launch.runner_env(
-            token=desired["runner_token"], redis_url=self.redis_url, replica=str(replica.replica_id),
-            visible_gpus=self.visible_gpus(desired),
+            token=desired["runner_token"], redis_url=self.runner_redis_url(desired),
+            replica=str(replica.replica_id), visible_gpus=self.visible_gpus(desired),
         )  # fmt: skip
+
+    def runner_redis_url(self, desired: dict[str, Any]) -> str | None:
+        """This agent's Redis URL, with the deployment's own Redis user when the console sent one
+        (``LANTAU_REDIS_ACL``): a runner reaches only its deployment's keys, not the agent's."""
+        user, password = desired.get("redis_user"), desired.get("redis_password")
+        if not self.redis_url or not isinstance(user, str) or not isinstance(password, str) or not user:
+            return self.redis_url
+        return url_with_user(self.redis_url, user, password)
 
     def _start(self, replica: Replica) -> None:
         rid = replica.replica_id

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, cast
 
 from django.db import transaction
@@ -26,6 +27,7 @@ from inference.models import (
     ReplicaState,
 )
 from inference.scheduler.cluster import ask_for, candidates
+from inference.services.redis_users import redis_runner_user_drop, redis_runner_user_ensure
 from inference.services.rollouts import (
     RUNTIME_FIELDS,
     canary_abort,
@@ -161,6 +163,7 @@ def deployment_create(*, team: Team, actor, spec: DeploymentSpec) -> Deployment:
             },  # fmt: skip
         )
         _enqueue_reconcile(deployment.pk)
+        transaction.on_commit(partial(redis_runner_user_ensure, deployment.name))
     return deployment
 
 
@@ -241,6 +244,7 @@ def deployment_delete(*, team: Team, actor, deployment: Deployment) -> None:
         name = deployment.name
         deployment.delete()  # replicas go with it; agents stop runners they no longer see
         audit_record(team=team, actor=actor, action="deployment.delete", target=name)
+        transaction.on_commit(partial(redis_runner_user_drop, name))
 
 
 def deployment_reconcile(deployment_id: int) -> dict:

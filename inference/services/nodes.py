@@ -51,6 +51,7 @@ from inference.models import (
     Replica,
     ReplicaState,
 )
+from inference.services.redis_users import redis_runner_credentials
 from inference.services.rollouts import IN_PROGRESS, spec_digest
 
 log = logging.getLogger("lantau.nodes")
@@ -195,6 +196,7 @@ def desired_for(node: Node, replicas: list[Replica] | None = None) -> list[dict]
                 **_runs_with(r),
                 "runner_token": runner_token(r.pk),
                 "redis_prefix": settings.REDIS_PREFIX,
+                **redis_runner_credentials(r.deployment.name),  # its deployment's Redis user (ACLs on)
                 "limits": runner_limits(),
             }
         )

@@ -18,9 +18,11 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import redis
 
 from contract.routes import EDGE_KEY_ENV, SERVED_BY_HEADER
 from inference.agent.supervisor import process_alive
@@ -105,6 +107,12 @@ def test_an_edge_agent_serves_through_its_edge_keeps_the_key_secret_and_restarts
     )
     key = environ[EDGE_KEY_ENV.encode()]
     assert len(key) > 20
+    # Issue 19: the edge and the deployment's runners talk to Redis as their own ACL users, not the console's.
+    prefix = stack.env["LANTAU_REDIS_PREFIX"]
+    assert urlsplit(environ[b"LANTAU_REDIS_URL"].decode()).username == f"{prefix}-edge"
+    assert b"LANTAU_REDIS_PASSWORD" not in environ  # the agent put it on its own URL
+    connected = {c.get("user") for c in redis.Redis.from_url(stack.env["REDIS_URL"]).client_list()}
+    assert {f"{prefix}-edge", f"{prefix}-runner-{NAME}"} <= connected, connected
     assert key not in Path(f"/proc/{pid}/cmdline").read_bytes()
     agent = stack.procs[f"node-{NODE}"].pid
     assert key not in Path(f"/proc/{agent}/cmdline").read_bytes()

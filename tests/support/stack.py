@@ -90,10 +90,13 @@ class Stack:
             "LANTAU_ROLLOUT_BAKE_S": "12",
             "LANTAU_ROLLOUT_MIN_REQUESTS": "3",
             "LANTAU_REDIS_PREFIX": f"e2e{tag}",  # parallel test sessions must not steal each other's tasks
+            # Edges, agents and runners on their own Redis ACL users, as the quick start runs them.
+            "LANTAU_REDIS_ACL": "1",
             "PYTHONUNBUFFERED": "1",
         }
         self.procs: dict[str, subprocess.Popen] = {}
         self.nodes: dict[str, tuple[list[str], dict[str, str]]] = {}  # name -> (command, env) to restart it
+        self._agent_redis_url = self.env["REDIS_URL"]  # the agent's own Redis user once started
         self._join_admin = False
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -105,6 +108,8 @@ class Stack:
         self._admin(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
         self._admin(f'CREATE DATABASE "{self.db_name}"')
         self.manage("migrate", "--noinput")
+        self.manage("redis_acl", "apply")
+        self._agent_redis_url = self.manage("redis_acl", "url", "agent").strip()
         self.start_console(wait=False)
         self.start_worker()
         self.wait_http("/readyz")
@@ -177,7 +182,7 @@ class Stack:
             )
             env = {"LANTAU_NODE_TOKEN": token}
         # Secrets travel in the environment, as in production: nothing secret on the command line.
-        env["LANTAU_REDIS_URL"] = self.env["REDIS_URL"]
+        env["LANTAU_REDIS_URL"] = self._agent_redis_url  # the agent's own user; runners get theirs
         command = [sys.executable, "-m", "inference.agent", "--console", self.url, "--region", region,
                    "--name", name, "--interval", "0.5", "--threads", "1", "--data-dir", str(self.node_dir(name)),
                    *(["--labels", ",".join(f"{k}={v}" for k, v in labels.items())] if labels else []), *args]  # fmt: skip
@@ -281,12 +286,21 @@ class Stack:
         self._forget_redis()
 
     def _forget_redis(self) -> None:
-        """Delete every key under this stack's Redis prefix (key entries, usage, routes, Celery's)."""
+        """Delete every key under this stack's Redis prefix (key entries, usage, routes, Celery's) and its
+        Redis ACL users (``<prefix>-edge``, ``-agent``, ``-runner-*``)."""
         try:
             client = redis.Redis.from_url(self.env["REDIS_URL"], socket_timeout=5)
-            stale = list(client.scan_iter(match=f"{self.env['LANTAU_REDIS_PREFIX']}:*", count=1000))
+            prefix = self.env["LANTAU_REDIS_PREFIX"]
+            stale = list(client.scan_iter(match=f"{prefix}:*", count=1000))
             for start in range(0, len(stale), 500):
                 client.delete(*stale[start : start + 500])
+            users = [
+                u.decode()
+                for u in client.execute_command("ACL", "USERS")
+                if u.decode().startswith(f"{prefix}-")
+            ]
+            if users:
+                client.execute_command("ACL", "DELUSER", *users)
         except redis.RedisError:
             pass
 

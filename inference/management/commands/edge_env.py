@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand
 
+from contract.redis_acl import REDIS_PASSWORD_ENV, REDIS_USER_ENV
 from inference.routes_publish import edge_environment, routes_publish_all
 
 
@@ -15,4 +16,5 @@ class Command(BaseCommand):
             f"{written} route(s) published; start an edge with: python -m inference.edge --region hk"
         )
         for name, value in edge_environment().items():
-            self.stdout.write(f"{name}={value}")
+            if name not in (REDIS_USER_ENV, REDIS_PASSWORD_ENV):  # for agents; the URL carries them
+                self.stdout.write(f"{name}={value}")
