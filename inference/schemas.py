@@ -96,7 +96,7 @@ class DeploymentIn(Schema):
     name: str
     model_version_id: int
     replicas: int = 1
-    region: str = "hk"
+    region: str = Field("", description="a region's name (GET /regions); empty: the first in failover order")
     device: str = "cpu"
     max_batch_size: int = 8
     max_queue_delay_ms: int = 5
@@ -277,6 +277,33 @@ class NodeJoinOut(Schema):
 
 class NodeCredentialOut(Schema):
     node_token: str
+
+
+class RegionIn(Schema):
+    model_config = {"extra": "forbid"}
+    name: str = Field(description="lowercase letters, digits and dashes (max 32), e.g. sg; never changes")
+    display_name: str = Field(description="the region's name for people, e.g. Singapore")
+    failover_order: int | None = Field(
+        None,
+        description="where it comes in listings and placement's fall-back, lowest first; "
+        "empty: after every region",
+    )
+
+
+class RegionPatch(Schema):
+    """Only the fields sent change; a region's name does not."""
+
+    model_config = {"extra": "forbid"}
+    display_name: str | None = None
+    failover_order: int | None = None
+
+
+class RegionOut(Schema):
+    name: str
+    display_name: str
+    failover_order: int
+    created_at: datetime
+    updated_at: datetime
 
 
 class NodePoolIn(Schema):
