@@ -1,16 +1,22 @@
 """Regions as data (issue 19): install administrators add, change and remove them; nodes join them and
 deployments ask for them; every check reads the regions table, so Singapore needs no code change."""
 
+import threading
+import time
+
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection, transaction
 from django.test import Client
 
 from accounts.install_admin import NOT_ADMIN
 from accounts.models import AuditEvent
 from accounts.services import api_key_create
+from core.errors import ApplicationError
 from inference.agent.main import build_parser
 from inference.models import Deployment, JoinToken, Node, Region, Replica
 from inference.services.deployments import deployment_reconcile
+from inference.services.regions import region_delete, region_require
 from tests.support import hardware
 
 pytestmark = pytest.mark.django_db
@@ -261,3 +267,42 @@ def test_a_transactional_test_may_remove_the_seeded_regions():
 def test_the_next_transactional_test_finds_them_again_after_the_flush():
     """tests.support.regions seeds hk and us again on the post_migrate the flush sends."""
     assert list(Region.objects.values_list("name", flat=True)) == ["hk", "us"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_region_being_given_to_a_node_is_not_removed_under_it(install_admin):
+    """A join holds its region's row until it commits; a removal waits for it and then sees the node."""
+    Region.objects.create(name="sg", display_name="Singapore", failover_order=2)
+    locked, go = threading.Event(), threading.Event()
+    outcome: list[str] = []
+
+    def joining():
+        try:
+            with transaction.atomic():
+                region_require("sg", lock=True)
+                locked.set()
+                go.wait(5)
+                hardware.node("sg-cpu-1", "sg")
+        finally:
+            connection.close()
+
+    def removing():
+        try:
+            region_delete(actor=install_admin, name="sg")
+            outcome.append("removed")
+        except ApplicationError as exc:
+            outcome.append(exc.message)
+        finally:
+            connection.close()
+
+    joiner = threading.Thread(target=joining)
+    joiner.start()
+    assert locked.wait(5)
+    remover = threading.Thread(target=removing)
+    remover.start()
+    time.sleep(0.3)  # the removal is now waiting on the row
+    go.set()
+    joiner.join(10)
+    remover.join(10)
+    assert outcome == ["region 'sg' is in use by 1 node: move or remove them first"]
+    assert Region.objects.filter(name="sg").exists() and Node.objects.get().region == "sg"
