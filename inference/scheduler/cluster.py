@@ -32,10 +32,13 @@ def ask_for(deployment: Deployment, version: ModelVersion | None = None, *, gran
         estimate=estimate_bytes(artifact_bytes=version.size_bytes, max_batch_size=deployment.max_batch_size),
         measured={name: with_margin(n) for name, n in measured},
         grant=grant_for(deployment) if granted else None,
-        regions=tuple(Region.objects.order_by("failover_order", "name").values_list("name", flat=True))
-        if granted
-        else (),
+        regions=failover_order() if granted else (),
     )
+
+
+def failover_order() -> tuple[str, ...]:
+    """Every region's name, lowest ``failover_order`` first (as ``services.regions.regions_known``)."""
+    return tuple(Region.objects.order_by("failover_order", "name").values_list("name", flat=True))
 
 
 def grant_for(deployment: Deployment) -> Grant:
