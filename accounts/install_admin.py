@@ -1,5 +1,5 @@
 """Install administrators: the people who own the shared fleet (nodes, join tokens, edges, node pools
-and what each team is granted of them), above every team.
+and what each team is granted of them, and the regions, ``inference.services.regions``), above every team.
 
 Team roles (owner, admin, member, viewer; `accounts.permissions`) govern a team's own objects only, so
 creating a team never hands anyone the fleet (review H-A). The flag is Django's ``User.is_staff``, set by
@@ -21,7 +21,9 @@ from accounts.models import AuditEvent, Membership, Team
 from accounts.services import audit_record
 from core.errors import Forbidden, ValidationFailed
 
-NOT_ADMIN = "this needs an install administrator (nodes, join tokens, edges and node pools serve every team)"
+NOT_ADMIN = (
+    "this needs an install administrator (nodes, join tokens, edges, node pools and regions serve every team)"
+)
 
 
 def is_install_admin(user) -> bool:

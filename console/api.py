@@ -23,6 +23,7 @@ from inference.api.fleet import router as fleet_router
 from inference.api.jobs import router as jobs_router
 from inference.api.models import router as models_router
 from inference.api.nodes import router as nodes_router
+from inference.api.regions import router as regions_router
 
 api = NinjaAPI(
     title="Lantau management API",
@@ -110,5 +111,6 @@ api.add_router("/models", models_router)
 api.add_router("/deployments", deployments_router)
 api.add_router("/nodes", nodes_router)
 api.add_router("/fleet", fleet_router)
+api.add_router("/regions", regions_router)
 api.add_router("/jobs", jobs_router)
 api.add_router("/datasets", datasets_router)

@@ -15,7 +15,6 @@ from accounts import keycache
 from accounts.current import membership_for_request
 from inference import selectors
 from inference.live import node_stats_payload, region_traffic
-from inference.models import Region
 
 
 @require_GET
@@ -101,7 +100,6 @@ def _region_rows(traffic: list, nodes: list, deployments: list) -> list[dict]:
         region = entry["region"]
         rows.append({
             **entry,
-            "label": dict(Region.choices).get(region, region),
             "nodes_online": sum(1 for n in nodes if n.region == region and n.status == "online"),
             "deployments": sum(1 for d in deployments if d.region == region),
         })  # fmt: skip

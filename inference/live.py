@@ -251,6 +251,7 @@ def node_stats_history(node_name: str, since: float = 0.0) -> list[dict]:
 
 class RegionTraffic(TypedDict):
     region: str
+    label: str  # the region's display name
     requests_per_s: float
     requests: int
     errors: int
@@ -263,8 +264,10 @@ def region_traffic(*, team_id: int) -> list[RegionTraffic]:
     """The team's traffic per region from each replica's last per-second summary (runners write it).
 
     A replica counts in the region of the node that runs it, not the region its deployment asked for.
+    Regions come from the regions table, in failover order.
     """
-    from inference.models import Region, Replica
+    from inference.models import Replica
+    from inference.services.regions import regions_known
     from inference.services.rollout_watch import summary_checked
 
     names = _names()
@@ -279,9 +282,9 @@ def region_traffic(*, team_id: int) -> list[RegionTraffic]:
     except (RedisError, OSError):
         values = [None] * len(keys)
     totals: dict[str, RegionTraffic] = {
-        region: {"region": region, "requests_per_s": 0.0, "requests": 0, "errors": 0, "error_rate": None,
-                 "p95_ms": None, "replicas_reporting": 0}
-        for region in Region.values
+        r.name: {"region": r.name, "label": r.display_name, "requests_per_s": 0.0, "requests": 0, "errors": 0,
+                 "error_rate": None, "p95_ms": None, "replicas_reporting": 0}
+        for r in regions_known()
     }  # fmt: skip
     for (pk, deployment, region), raw in zip(replicas, cast(Any, values), strict=True):
         summary = summary_checked(raw, deployment, pk) if raw else None  # sealed by that replica

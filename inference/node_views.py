@@ -24,9 +24,10 @@ from core import once
 from core.errors import ApplicationError, ValidationFailed
 from core.forms import form_int
 from inference import selectors
-from inference.models import Node, Region
+from inference.models import Node
 from inference.services import node_join
 from inference.services import nodes as node_services
+from inference.services.regions import region_choices, region_require
 
 NODE_ACTIONS = ("cordon", "uncordon", "drain", "remove")
 ACTION_DONE = {"cordon": "cordoned, it takes no new replicas", "uncordon": "takes new replicas again",
@@ -69,7 +70,7 @@ def _list_page(request, membership, join: dict | None = None):
         "nodes": list(selectors.nodes_with_load(team=membership.team)),
         "can_manage": is_install_admin(request.user),
         "can_bring": _may_bring_nodes(membership),
-        "regions": Region.choices,
+        "regions": region_choices(),  # the regions table, in failover order
         "join": join,  # a new join token: only in the answer to the POST that made it
         "form_nonce": once.new_nonce(),
     }
@@ -132,8 +133,7 @@ def node_join_token(request, membership):
         raise PermissionDenied(NOT_ADMIN)
     region = request.POST.get("region", "")
     try:
-        if region not in Region.values:
-            raise ValidationFailed(f"region must be one of {', '.join(Region.values)}")
+        region_require(region)
         labels = parse_labels(request.POST.get("labels", ""))
         ttl_s = form_int(request.POST, "ttl_s", default=3600)
         if not 60 <= ttl_s <= 7 * 86400:

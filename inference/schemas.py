@@ -97,7 +97,7 @@ class DeploymentIn(StrictIn):
     name: str
     model_version_id: int
     replicas: int = 1
-    region: str = "hk"
+    region: str = Field("", description="a region's name (GET /regions); empty: the first in failover order")
     device: str = "cpu"
     max_batch_size: int = 8
     max_queue_delay_ms: int = 5
@@ -278,6 +278,31 @@ class NodeJoinOut(Schema):
 
 class NodeCredentialOut(Schema):
     node_token: str
+
+
+class RegionIn(StrictIn):
+    name: str = Field(description="lowercase letters, digits and dashes (max 32), e.g. sg; never changes")
+    display_name: str = Field(description="the region's name for people, e.g. Singapore")
+    failover_order: int | None = Field(
+        None,
+        description="where it comes in listings and placement's fall-back, lowest first; "
+        "empty: after every region",
+    )
+
+
+class RegionPatch(StrictIn):
+    """Only the fields sent change; a region's name does not."""
+
+    display_name: str | None = None
+    failover_order: int | None = None
+
+
+class RegionOut(Schema):
+    name: str
+    display_name: str
+    failover_order: int
+    created_at: datetime
+    updated_at: datetime
 
 
 class NodePoolIn(StrictIn):

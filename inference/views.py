@@ -12,7 +12,7 @@ from core.errors import ApplicationError
 from core.forms import form_int, optional_number
 from inference import selectors
 from inference.jobs.registry import kind_choices
-from inference.models import Device, Region, Task
+from inference.models import Device, Task
 from inference.node_views import labels_text, parse_labels
 from inference.reports import benchmark_table, chart_points, public_result, version_rows
 from inference.services.autoscale import deployment_autoscaling_set
@@ -24,6 +24,7 @@ from inference.services.deployments import (
     deployment_update,
 )
 from inference.services.jobs import job_cancel, job_retry, job_start
+from inference.services.regions import region_choices
 
 
 @member_required
@@ -146,7 +147,7 @@ def _spec_from_form(post) -> DeploymentSpec:
         name=post.get("name", "").strip(),
         model_version_id=form_int(post, "model_version_id"),
         replicas=form_int(post, "replicas", default=1),
-        region=post.get("region", Region.HK),
+        region=post.get("region", ""),  # "": the first region in failover order
         device=post.get("device", Device.CPU),
         max_batch_size=form_int(post, "max_batch_size", default=8),
         max_queue_delay_ms=form_int(post, "max_queue_delay_ms", default=5),
@@ -218,7 +219,7 @@ def deployment_list(request, membership):
         "examples": examples,
         "deployments": deployments,
         "versions": selectors.versions_for_team(team=membership.team),
-        "regions": Region.choices,
+        "regions": region_choices(),
         "devices": Device.choices,
         "can_write": membership.can_write,
     }
@@ -233,7 +234,7 @@ def deployment_detail(request, membership, name: str):
         "d": deployment,
         "status": selectors.deployment_status(deployment),
         "can_write": membership.can_write,
-        "regions": Region.choices,
+        "regions": region_choices(),
         "devices": Device.choices,
         "settings": {
             "region": deployment.region,

@@ -13,8 +13,12 @@ prefix (``console.test_settings``) and stack (its own database and prefix, ``tes
 from __future__ import annotations
 
 import pytest
+from django.db.models.signals import post_migrate
 
-from tests.support import people
+from tests.support import people, regions
+
+# hk and us exist in every test, transactional ones included (their flush empties the table).
+post_migrate.connect(regions.on_post_migrate, dispatch_uid="tests.support.regions")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from contract.manifest import ManifestError
+from contract.regions import REGION_NAME_RULE, region_name_ok
 from contract.replicas import ReplicaState
 from inference.agent import artifacts, edge, inventory, supervisor
 
@@ -330,6 +331,13 @@ def console_refusal(url: str, allow_insecure: bool) -> str | None:
     )
 
 
+def _region(text: str) -> str:
+    """A region's name in form only: which regions exist is the console's to say (at join and heartbeat)."""
+    if not region_name_ok(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a region name ({REGION_NAME_RULE})")
+    return text
+
+
 def _port(text: str) -> int:
     try:
         port = int(text)
@@ -394,7 +402,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"file (mode 0600) holding a single-use join token, exchanged at the first start for the "
         f"node's credential (stored in <data-dir>/{NODE_TOKEN_FILE}); else env {JOIN_ENV}",
     )
-    parser.add_argument("--region", required=True, choices=["hk", "us"])
+    parser.add_argument(
+        "--region", required=True, type=_region,
+        help="the node's region, one the console's administrators defined (GET /api/v1/regions), e.g. hk",
+    )  # fmt: skip
     parser.add_argument(
         "--name", default="", help="the node's name when joining (default: the host name); else for logs"
     )

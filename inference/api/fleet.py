@@ -18,7 +18,7 @@ from inference.services.fleet import grant_of, grant_set, grant_view, pool_creat
 router = Router(tags=["fleet"])
 
 
-def _schema_of(schema: type[Schema]) -> dict:
+def body_schema(schema: type[Schema]) -> dict:
     """The request body's schema for the OpenAPI document (the views read the body themselves)."""
     return {
         "requestBody": {
@@ -28,7 +28,7 @@ def _schema_of(schema: type[Schema]) -> dict:
     }
 
 
-def _body(request, schema: type[Schema]) -> Schema:
+def admin_body(request, schema: type[Schema]) -> Schema:
     """The JSON body as ``schema`` (unknown fields refused, 422), read once the caller is known to be an
     install administrator: everyone else gets the 403 whatever they sent."""
     install_admin_require(request.auth.user)
@@ -47,10 +47,10 @@ def pool_list(request):
     return list(NodePool.objects.all())
 
 
-@router.post("/pools", response={201: NodePoolOut}, openapi_extra=_schema_of(NodePoolIn))
+@router.post("/pools", response={201: NodePoolOut}, openapi_extra=body_schema(NodePoolIn))
 def pool_new(request):
     """A named part of the shared fleet: nodes whose labels include ``selector``, and named ``nodes``."""
-    payload = cast(NodePoolIn, _body(request, NodePoolIn))
+    payload = cast(NodePoolIn, admin_body(request, NodePoolIn))
     pool = pool_create(
         actor=request.auth.user, name=payload.name, selector=payload.selector, nodes=payload.nodes
     )
@@ -80,10 +80,10 @@ def grant_list(request):
     ]
 
 
-@router.put("/grants/{team_id}", response=FleetGrantOut, openapi_extra=_schema_of(FleetGrantIn))
+@router.put("/grants/{team_id}", response=FleetGrantOut, openapi_extra=body_schema(FleetGrantIn))
 def grant_put(request, team_id: int):
     """Replace a team's grant: its pools (empty: every shared node) and caps (null: none)."""
-    payload = cast(FleetGrantIn, _body(request, FleetGrantIn))
+    payload = cast(FleetGrantIn, admin_body(request, FleetGrantIn))
     team = Team.objects.filter(pk=team_id).first()
     if team is None:
         raise NotFound("team not found")

@@ -1,6 +1,7 @@
-from inference.models.deployments import Deployment, DesiredState, Device, Region, Replica, ReplicaState
+from inference.models.deployments import Deployment, DesiredState, Device, Replica, ReplicaState
 from inference.models.jobs import Job, JobKind, JobLogLine, JobStatus
 from inference.models.nodes import FleetGrant, GpuFootprint, JoinToken, Node, NodeMode, NodePool, NodeStatus
+from inference.models.regions import Region
 from inference.models.registry import Artifact, ModelFormat, ModelVersion, RegisteredModel, Task
 
 __all__ = [

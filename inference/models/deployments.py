@@ -20,11 +20,6 @@ from django.db import models
 from contract.replicas import ReplicaState as WireReplicaState
 
 
-class Region(models.TextChoices):
-    HK = "hk", "Hong Kong"
-    US = "us", "United States"
-
-
 class Device(models.TextChoices):
     CPU = "cpu", "CPU"
     CUDA = "cuda", "CUDA GPU"
@@ -45,7 +40,9 @@ class Deployment(models.Model):
         "inference.ModelVersion", on_delete=models.PROTECT, related_name="deployments"
     )
     replicas = models.PositiveIntegerField(default=1, validators=[MaxValueValidator(32)])
-    region = models.CharField(max_length=8, choices=Region.choices, default=Region.HK)
+    # A Region's name (``models.regions``; checked by ``services.regions.region_require``). The default
+    # is the seeded region, for rows made outside the services (which always set it).
+    region = models.CharField(max_length=32, default="hk")
     device = models.CharField(max_length=8, choices=Device.choices, default=Device.CPU)
     max_batch_size = models.PositiveIntegerField(
         default=8, validators=[MinValueValidator(1), MaxValueValidator(256)]

@@ -47,7 +47,7 @@ class Node(models.Model):
     objects = NodeQuerySet.as_manager()
 
     name = models.SlugField(max_length=64, unique=True)
-    region = models.CharField(max_length=8)
+    region = models.CharField(max_length=32)  # a Region's name
     token_prefix = models.CharField(max_length=16)
     token_hash = models.CharField(max_length=64, unique=True)
     status = models.CharField(max_length=16, choices=NodeStatus.choices, default=NodeStatus.OFFLINE)
@@ -94,7 +94,7 @@ class JoinToken(models.Model):
 
     token_prefix = models.CharField(max_length=16)
     token_hash = models.CharField(max_length=64, unique=True)
-    region = models.CharField(max_length=8)
+    region = models.CharField(max_length=32)  # a Region's name
     labels = models.JSONField(default=dict, blank=True)
     name_hint = models.CharField(max_length=64, blank=True)
     team = models.ForeignKey("accounts.Team", on_delete=models.SET_NULL, null=True, related_name="+")

@@ -2,8 +2,9 @@
 
 A chain of small filters (``filters``), each answering None when a node can host the replica or a
 short reason when it cannot, then scorers (``scorers``) ordering the nodes left: the deployment's
-region first, then nodes holding fewer of its replicas (spread), then the least loaded. A node's view
-(``Candidate``) is built from the database by ``cluster``; the rules themselves read only it.
+region first (then the other regions in failover order), then nodes holding fewer of its replicas
+(spread), then the least loaded. A node's view (``Candidate``) is built from the database by
+``cluster``; the rules themselves read only it.
 
 When no node fits, the answer lists every node's reason ("hk-gpu-2: needs 3.1 GiB, 1.2 GiB free"),
 which the reconciler stores on the deployment for the API and the deployment page.

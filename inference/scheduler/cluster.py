@@ -5,14 +5,24 @@ from __future__ import annotations
 from collections import defaultdict
 
 from inference import liveness
-from inference.models import Deployment, FleetGrant, GpuFootprint, ModelVersion, Node, Replica, ReplicaState
+from inference.models import (
+    Deployment,
+    FleetGrant,
+    GpuFootprint,
+    ModelVersion,
+    Node,
+    Region,
+    Replica,
+    ReplicaState,
+)
 from inference.scheduler.memory import estimate_bytes, with_margin
 from inference.scheduler.types import Ask, Candidate, Grant
 
 
 def ask_for(deployment: Deployment, version: ModelVersion | None = None, *, granted: bool = True) -> Ask:
     """One more replica of ``deployment`` (of ``version``, by default the deployment's): its estimated
-    GPU memory and any measured footprints, and (``granted``) what its team may use of the fleet."""
+    GPU memory and any measured footprints, and (``granted``: an ask to place) what its team may use of
+    the fleet and the regions' failover order."""
     version = version or deployment.model_version
     measured = GpuFootprint.objects.filter(
         model_version=version, device=deployment.device, max_batch_size=deployment.max_batch_size
@@ -22,7 +32,13 @@ def ask_for(deployment: Deployment, version: ModelVersion | None = None, *, gran
         estimate=estimate_bytes(artifact_bytes=version.size_bytes, max_batch_size=deployment.max_batch_size),
         measured={name: with_margin(n) for name, n in measured},
         grant=grant_for(deployment) if granted else None,
+        regions=failover_order() if granted else (),
     )
+
+
+def failover_order() -> tuple[str, ...]:
+    """Every region's name, lowest ``failover_order`` first (as ``services.regions.regions_known``)."""
+    return tuple(Region.objects.order_by("failover_order", "name").values_list("name", flat=True))
 
 
 def grant_for(deployment: Deployment) -> Grant:

@@ -8,8 +8,12 @@ from inference.scheduler.types import Ask, Candidate
 
 
 def other_region(ask: Ask, c: Candidate) -> int:
-    """The deployment's region first; the other region only as a fall-back."""
-    return int(c.node.region != ask.deployment.region)
+    """The deployment's region first; the others only as a fall-back, in failover order (a region the
+    table does not list, last)."""
+    region = c.node.region
+    if region == ask.deployment.region:
+        return 0
+    return 1 + (ask.regions.index(region) if region in ask.regions else len(ask.regions))
 
 
 def crowding(ask: Ask, c: Candidate) -> int:

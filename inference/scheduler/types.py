@@ -29,12 +29,14 @@ class Grant:
 class Ask:
     """One more replica of ``deployment``; ``estimate`` is the GPU memory it is expected to take,
     ``measured`` what runners of this version actually took, by GPU name (preferred when known);
-    ``grant`` what its team may use (None: no limits, as for the asks built to count memory)."""
+    ``grant`` what its team may use (None: no limits, as for the asks built to count memory);
+    ``regions`` every region's name in failover order (the regions table), for the fall-back order."""
 
     deployment: Deployment
     estimate: int = 0
     measured: dict[str, int] = field(default_factory=dict)
     grant: Grant | None = None
+    regions: tuple[str, ...] = ()
 
     @property
     def needs_gpu(self) -> bool:

@@ -22,12 +22,12 @@ from inference.models import (
     ModelVersion,
     NodeMode,
     NodeStatus,
-    Region,
     Replica,
     ReplicaState,
 )
 from inference.scheduler.cluster import ask_for, candidates
 from inference.services.redis_users import redis_runner_user_drop, redis_runner_user_ensure
+from inference.services.regions import region_default, region_require
 from inference.services.rollouts import (
     RUNTIME_FIELDS,
     canary_abort,
@@ -51,7 +51,7 @@ class DeploymentSpec:
     name: str
     model_version_id: int
     replicas: int = 1
-    region: str = Region.HK
+    region: str = ""  # a Region's name; "" (a new deployment): the first region in failover order
     device: str = Device.CPU
     max_batch_size: int = 8
     max_queue_delay_ms: int = 5
@@ -77,8 +77,7 @@ class DeploymentSpec:
             raise ValidationFailed("deployment name must be lowercase letters, digits and dashes (max 63)")
         if not 0 <= self.replicas <= 32:
             raise ValidationFailed("replicas must be between 0 and 32")
-        if self.region not in Region.values:
-            raise ValidationFailed(f"region must be one of {', '.join(Region.values)}")
+        region_require(self.region)  # "region must be one of hk, us, ..." (the regions table)
         if self.device not in Device.values:
             raise ValidationFailed(f"device must be one of {', '.join(Device.values)}")
         if not 1 <= self.max_batch_size <= 256:
@@ -130,9 +129,12 @@ def _enqueue_reconcile(deployment_id: int) -> None:
 def deployment_create(*, team: Team, actor, spec: DeploymentSpec) -> Deployment:
     """Create a deployment of one of the team's versions; placement happens in the worker after commit."""
     permission_require(team=team, user=actor, action="deployment.create")
+    if not spec.region:
+        spec = replace(spec, region=region_default())
     spec.validate()
     version = _servable_version(team=team, model_version_id=spec.model_version_id)
     with transaction.atomic():
+        region_require(spec.region, lock=True)  # not removed while this deployment is given it
         if Deployment.objects.select_for_update().filter(name=spec.name).exists():
             # Names are global (clients call `/v1/` by name), so a taken name cannot be hidden; the
             # message is the same whichever team holds it and says nothing about that team.
@@ -200,6 +202,8 @@ def deployment_update(
     if desired_state is not None and desired_state not in DesiredState.values:
         raise ValidationFailed(f"state must be one of {', '.join(DesiredState.values)}")
     with transaction.atomic():
+        if region is not None:
+            region_require(region, lock=True)
         deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
         before = _audit_state(deployment)
         _apply_changes(deployment, changes, desired_state=desired_state, version=version)

@@ -19,9 +19,10 @@ from accounts.install_admin import audit_fleet
 from accounts.models import Team
 from accounts.permissions import permission_require
 from core.errors import Conflict, Forbidden, Unauthorized, ValidationFailed
-from inference.models import JoinToken, Node, NodeMode, NodeStatus, Region
+from inference.models import JoinToken, Node, NodeMode, NodeStatus
 from inference.routes_publish import edge_environment
 from inference.services.nodes import ADVERTISE_HOST, node_require_manager, token_hash
+from inference.services.regions import region_require
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]{0,62})$")
@@ -69,11 +70,6 @@ def node_is_edge(node: Node) -> bool:
     return (node.labels or {}).get(EDGE_LABEL) == "true"
 
 
-def _region_check(region: str) -> None:
-    if region not in Region.values:
-        raise ValidationFailed(f"region must be one of {', '.join(Region.values)}")
-
-
 def join_token_create(
     *,
     actor,
@@ -95,7 +91,7 @@ def join_token_create(
         _team_token_check(actor=actor, team=team, labels=labels, edge=edge)
     else:
         node_require_manager(actor=actor, team=team)
-    _region_check(region)
+    region_require(region)  # "region must be one of hk, us, ..." (the regions table)
     labels = labels_validate(labels)
     _reserved_check(labels, from_node=False)
     if edge:
@@ -140,13 +136,14 @@ def node_join(*, join_token: str, name: str, region: str, labels: dict[str, str]
         raise Unauthorized(f"this join token expired at {token.expires_at:%Y-%m-%d %H:%M:%S} UTC")
     if not NAME_RE.match(name or ""):
         raise ValidationFailed("name must be lowercase letters, digits and dashes (max 63)")
-    _region_check(region)
+    region_require(region)
     labels = labels_validate(labels)
     _reserved_check(labels, from_node=True)
     if region != token.region:
         raise Conflict(f"this join token is for region {token.region!r}, not {region!r}")
     clear = f"ltn_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
+        region_require(region, lock=True)  # not removed while this node joins it
         claimed = JoinToken.objects.filter(pk=token.pk, used_at__isnull=True).update(
             used_at=timezone.now(), used_by=name
         )

@@ -47,11 +47,11 @@ from inference.models import (
     Node,
     NodeMode,
     NodeStatus,
-    Region,
     Replica,
     ReplicaState,
 )
 from inference.services.redis_users import redis_runner_credentials
+from inference.services.regions import region_require
 from inference.services.rollouts import IN_PROGRESS, spec_digest
 
 log = logging.getLogger("lantau.nodes")
@@ -74,10 +74,10 @@ def node_token_create(*, name: str, region: str, actor=None, max_replicas: int =
     """Create a node (or rotate its token) and return the clear token, shown once."""
     if not _NAME_RE.match(name or ""):
         raise ValidationFailed("node name must be lowercase letters, digits and dashes (max 63)")
-    if region not in Region.values:
-        raise ValidationFailed(f"region must be one of {', '.join(Region.values)}")
+    region_require(region)
     token = f"ltn_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
+        region_require(region, lock=True)
         node, created = Node.objects.select_for_update().get_or_create(
             name=name,
             defaults={

@@ -164,6 +164,10 @@ API_ROUTES = {
     "GET /fleet/grant": "node.read",  # the current team's
     "GET /fleet/grants": INSTALL,
     "PUT /fleet/grants/{team_id}": INSTALL,
+    "GET /regions": "node.read",  # every member and key sees where the fleet runs
+    "POST /regions": INSTALL,
+    "PATCH /regions/{name}": INSTALL,
+    "DELETE /regions/{name}": INSTALL,
     "POST /nodes/join": NODE_AGENT,  # the join token in the body is the credential
     "POST /nodes/credential": NODE_AGENT,
     "POST /nodes/heartbeat": NODE_AGENT,

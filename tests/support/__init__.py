@@ -4,6 +4,7 @@
 - ``hardware``: nodes named after their region and hardware (``node_hk_cpu``, ``node_us_gpu``).
 - ``tiny_models``: real models small enough to build in a second (ONNX graphs, Hugging Face folders).
 - ``factories``: request bodies and archives (images, zipped folders).
+- ``regions``: the seeded regions (hk, us), restored after each transactional test's flush.
 - ``stack`` and ``runners``: real processes (console, worker and node agent; runner subprocesses).
 - ``ports``: local TCP ports.
 

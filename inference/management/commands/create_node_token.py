@@ -9,7 +9,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--name", required=True)
-        parser.add_argument("--region", required=True, choices=["hk", "us"])
+        parser.add_argument("--region", required=True, help="a region's name (manage.py region list)")
         parser.add_argument("--max-replicas", type=int, default=8)
 
     def handle(self, *args, name, region, max_replicas, **options):
