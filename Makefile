@@ -22,12 +22,14 @@ run: $(STAMP)
 # mypy get a throwaway one unless the caller sets it.
 WITH_KEY := SECRET_KEY="$${SECRET_KEY:-test-only-$$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}"
 
-# Lint, formatting, types (pyproject [tool.mypy]) and import rules (pyproject [tool.importlinter]).
+# Lint, formatting, types (pyproject [tool.mypy]), import rules (pyproject [tool.importlinter]) and no
+# import circle among the project's modules (scripts/import_cycles.py).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(WITH_KEY) $(BIN)/mypy
 	$(BIN)/lint-imports --no-logo
+	$(BIN)/python scripts/import_cycles.py
 
 # Unless both DATABASE_URL and REDIS_URL are given, the suite runs against private PostgreSQL/Redis
 # started under var/ for its duration (only the missing one is started).

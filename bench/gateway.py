@@ -88,7 +88,7 @@ class GatewayBench:
         """
         code = (
             "from inference.models import Replica; "
-            "from inference.services.nodes import runner_token; "
+            "from inference.credentials import runner_token; "
             f"r = Replica.objects.filter(deployment__name={name!r}, state='ready').first(); "
             "print(r.url, runner_token(r.pk))"
         )

@@ -12,7 +12,7 @@ from accounts.decorators import member_required
 from core.errors import ApplicationError, ValidationFailed
 from core.forms import form_int
 from inference import selectors
-from inference.jobs.registry import kinds
+from inference.jobs.registry import kind_label, kinds
 from inference.models import JobStatus
 from inference.services.jobs import job_start
 
@@ -65,7 +65,7 @@ def job_list(request, membership):
                 kind=request.POST.get("kind", ""),
                 options=_options_from(request.POST),
             )
-            messages.success(request, f"Job #{job.pk} queued: {job.get_kind_display()} of {source}.")
+            messages.success(request, f"Job #{job.pk} queued: {kind_label(job.kind)} of {source}.")
             return redirect("inference:job-detail", job_id=job.pk)
         except ApplicationError as exc:
             messages.error(request, exc.message)

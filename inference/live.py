@@ -10,20 +10,22 @@ import json
 import logging
 import math
 import time
+from datetime import timedelta
 from functools import cache
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 import redis
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
 from core.live import publish
-from inference.selectors import deployment_status
-
-if TYPE_CHECKING:
-    from inference.models import Deployment, Job, Node
+from inference.models import Deployment, Job, Node, Replica
+from inference.selectors import deployment_status, regions_known
+from inference.summaries import summary_checked
 
 log = logging.getLogger("lantau.live")
 # Per-node history for charts that open (or reconnect) later: 900 heartbeats, kept an hour after the last.
@@ -81,27 +83,15 @@ def deployment_status_payload(deployment: Deployment) -> DeploymentStatusPayload
 def publish_deployment_status(deployment: Deployment) -> None:
     payload = deployment_status_payload(deployment)
     publish(team_deployments_group(deployment.team_id), "deployment_status", dict(payload))
-    from inference.routes_publish import routes_publish  # edges follow replica states too (issue 10)
-
-    routes_publish(deployment)
 
 
 def deployments_snapshot(team_id: int) -> list[DeploymentStatusPayload]:
     """Every deployment's status now: what a (re)connecting page is sent first, so a drop loses nothing."""
-    from inference.models import Deployment
-
     return [deployment_status_payload(d) for d in Deployment.objects.filter(team_id=team_id)]
 
 
 def jobs_snapshot(team_id: int, recent_s: int = 900) -> list[JobPayload]:
     """Unfinished jobs and those that changed in the last ``recent_s`` seconds, for a (re)connecting page."""
-    from datetime import timedelta
-
-    from django.db.models import Q
-    from django.utils import timezone
-
-    from inference.models import Job
-
     cutoff = timezone.now() - timedelta(seconds=recent_s)
     jobs = Job.objects.filter(team_id=team_id).filter(
         Q(status__in=("queued", "running")) | Q(finished_at__gte=cutoff)
@@ -266,10 +256,6 @@ def region_traffic(*, team_id: int) -> list[RegionTraffic]:
     A replica counts in the region of the node that runs it, not the region its deployment asked for.
     Regions come from the regions table, in failover order.
     """
-    from inference.models import Replica
-    from inference.services.regions import regions_known
-    from inference.services.rollout_watch import summary_checked
-
     names = _names()
     replicas = list(
         Replica.objects.filter(deployment__team_id=team_id).values_list(
@@ -311,8 +297,6 @@ def _add_summary(entry: RegionTraffic, summary: dict) -> None:
 
 def overview_tick(*, team_id: int) -> dict:
     """What the overview refreshes every few seconds: traffic per region and every node's figures."""
-    from inference.models import Node
-
     nodes = [
         {**node_stats_payload(n.name, n.inventory, ts=0), "region": n.region, "status": n.status}
         for n in Node.objects.all()

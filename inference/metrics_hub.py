@@ -25,8 +25,8 @@ from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
 from contract.summaries import SummaryRefused, summary_open
+from inference.credentials import runner_token
 from inference.models import Replica
-from inference.services.nodes import runner_token
 
 log = logging.getLogger(__name__)
 HUB_CONNECTIONS = 4  # Redis connections of one process's hub, its subscription included

@@ -25,9 +25,10 @@ from core.errors import ApplicationError, ValidationFailed
 from core.forms import form_int
 from inference import selectors
 from inference.models import Node
+from inference.selectors import region_choices
 from inference.services import node_join
 from inference.services import nodes as node_services
-from inference.services.regions import region_choices, region_require
+from inference.services.regions import region_require
 
 NODE_ACTIONS = ("cordon", "uncordon", "drain", "remove")
 ACTION_DONE = {"cordon": "cordoned, it takes no new replicas", "uncordon": "takes new replicas again",

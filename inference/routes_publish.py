@@ -28,14 +28,12 @@ from contract.routes import (
     EDGE_KEY_ENV,
     RouteEntry,
     RouteReplica,
-    edge_key_derive,
     edge_key_text,
     route_sign,
 )
 from contract.signing import public_key_text
+from inference.credentials import edge_key, redis_user_credentials, redis_user_url, runner_token
 from inference.models import Deployment, DesiredState, NodeStatus, ReplicaState
-from inference.services.nodes import runner_token
-from inference.services.redis_users import redis_user_credentials, redis_user_url
 
 log = logging.getLogger("lantau.routes")
 
@@ -78,10 +76,6 @@ def scales_from_zero(deployment: Deployment) -> bool:
         and deployment.min_replicas == 0
         and deployment.desired_state == DesiredState.RUNNING
     )
-
-
-def edge_key() -> bytes:
-    return edge_key_derive(settings.SECRET_KEY)
 
 
 def edge_environment() -> dict[str, str]:

@@ -6,7 +6,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 
 from accounts.models import Team
 from core.errors import NotFound
-from inference.models import Deployment, Job, ModelVersion, Node, RegisteredModel, Replica
+from inference.models import Deployment, Job, ModelVersion, Node, Region, RegisteredModel, Replica
 
 
 def models_for_team(*, team: Team) -> QuerySet[RegisteredModel]:
@@ -234,3 +234,17 @@ def job_get(*, team: Team, job_id: int) -> Job:
     if job is None:
         raise NotFound("job not found")
     return job
+
+
+def regions_known() -> list[Region]:
+    """Every region, in failover order (then by name): the one list pages, the API and checks read."""
+    return list(Region.objects.order_by("failover_order", "name"))
+
+
+def region_names() -> list[str]:
+    return [r.name for r in regions_known()]
+
+
+def region_choices() -> list[tuple[str, str]]:
+    """``(name, display name)`` pairs in failover order, for forms."""
+    return [(r.name, r.display_name) for r in regions_known()]

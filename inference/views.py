@@ -15,6 +15,7 @@ from inference.jobs.registry import kind_choices
 from inference.models import Device, Task
 from inference.node_views import labels_text, parse_labels
 from inference.reports import benchmark_table, chart_points, public_result, version_rows
+from inference.selectors import region_choices
 from inference.services.autoscale import deployment_autoscaling_set
 from inference.services.canary import canary_figures
 from inference.services.deployments import (
@@ -24,7 +25,6 @@ from inference.services.deployments import (
     deployment_update,
 )
 from inference.services.jobs import job_cancel, job_retry, job_start
-from inference.services.regions import region_choices
 
 
 @member_required

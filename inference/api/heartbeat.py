@@ -47,7 +47,7 @@ from contract.apikeys import bearer_token
 from contract.envelope import error_envelope
 from core.errors import ApplicationError, PayloadTooLarge, Unauthorized, Unavailable, ValidationFailed
 from inference.api.nodes import HEARTBEAT_UNAUTHORIZED, heartbeat_answer
-from inference.services.nodes import token_hash
+from inference.credentials import token_hash
 
 log = logging.getLogger("lantau.nodes")
 PATH = "/api/v1/nodes/heartbeat"

@@ -8,7 +8,8 @@ from ninja import Router, Status
 from accounts.install_admin import install_admin_require
 from inference.api.fleet import admin_body, body_schema
 from inference.schemas import RegionIn, RegionOut, RegionPatch
-from inference.services.regions import region_create, region_delete, region_update, regions_known
+from inference.selectors import regions_known
+from inference.services.regions import region_create, region_delete, region_update
 
 router = Router(tags=["regions"])
 

@@ -23,7 +23,7 @@ from pydantic import ValidationError as PydanticValidationError
 from core.errors import ValidationFailed
 
 if TYPE_CHECKING:
-    from inference.jobs.runner import JobReporter
+    from inference.jobs.reporter import JobReporter
     from inference.models import Job, ModelVersion
 
 KINDS_PACKAGE = "inference.jobs.kinds"
@@ -133,8 +133,15 @@ def kind_get(name: str) -> type[JobKindBase]:
 
 
 def kind_choices(*, startable: bool = False) -> list[tuple[str, str]]:
-    """(name, label) pairs: the choices of ``Job.kind`` and of the console's "new job" form."""
+    """(name, label) pairs: the console's "new job" form (and migration 0003, which once made them the
+    choices of ``Job.kind``; the model no longer imports the registry)."""
     return [(name, kind.label) for name, kind in kinds(startable=startable).items()]
+
+
+def kind_label(name: str) -> str:
+    """The label people read for a stored kind; the name itself for one no longer registered."""
+    found = kinds().get(name)
+    return found.label if found is not None else name
 
 
 class KindNameSchema:

@@ -16,7 +16,7 @@ from django.conf import settings
 
 from core.errors import ValidationFailed
 from inference import storage
-from inference.jobs.runner import JobReporter
+from inference.jobs.reporter import JobReporter
 from inference.models import Job, ModelVersion
 from inference.sandbox import Sandbox, SandboxLimits
 from inference.services.registry import version_derive, version_file

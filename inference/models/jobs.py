@@ -17,12 +17,11 @@ from django.conf import settings
 from django.db import models
 
 from core.errors import Conflict
-from inference.jobs.registry import kind_choices
 
 
 class JobKind(StrEnum):
     """Names of the kinds other code refers to. Every kind, with its label, is in ``inference.jobs.registry``
-    (the choices of ``Job.kind``); these values are stored in rows, so they never change."""
+    (which validates ``Job.kind``); these values are stored in rows, so they never change."""
 
     IMPORT = "import"
     QUANTIZE_INT8 = "quantize_int8"
@@ -54,7 +53,9 @@ TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}
 
 class Job(models.Model):
     team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="jobs")
-    kind = models.CharField(max_length=32, choices=kind_choices)  # one per registered kind
+    # One of the registered kinds (``inference.jobs.registry`` checks it when a job starts; its label
+    # is ``registry.kind_label``): no choices here, so the model layer imports no job kind.
+    kind = models.CharField(max_length=32)
     # The version a job works on; empty for an import, whose upload is described in `options`.
     source = models.ForeignKey(
         "inference.ModelVersion", on_delete=models.CASCADE, related_name="jobs", null=True, blank=True

@@ -38,10 +38,9 @@ from accounts.models import Team
 from accounts.permissions import permission_require
 from accounts.services import audit_record
 from core.errors import ValidationFailed
-from inference import queue
 from inference.models import Deployment, DesiredState, ReplicaState
-from inference.routes_publish import routes_publish
-from inference.services.rollout_watch import latest_summaries
+from inference.services.deployment_changes import deployment_changed
+from inference.summaries import latest_summaries
 
 log = logging.getLogger("lantau.autoscale")
 MAX_REPLICAS = 32
@@ -79,7 +78,7 @@ def deployment_autoscaling_set(
         deployment.save(update_fields=[*fields, "updated_at"])
         audit_record(team=team, actor=actor, action="deployment.autoscaling", target=deployment.name,
                      before=before, after=fields)  # fmt: skip
-        routes_publish(deployment)  # whether requests finding no replica are held changes with these
+        deployment_changed(deployment)  # whether requests finding no replica are held changes with these
     if max_replicas:
         deployment_autoscale(deployment.pk)  # into the new bounds at once
     return Deployment.objects.get(pk=deployment.pk)
@@ -188,7 +187,8 @@ def _apply(deployment: Deployment, state: dict, decision: dict, now: float) -> N
     audit_record(team=deployment.team, actor=None, action="deployment.autoscale", target=deployment.name,
                  before={"replicas": decision["from"]}, after={"replicas": decision["to"]},
                  data={"reason": decision["reason"]})  # fmt: skip
-    queue.deployment_reconcile_later(deployment.pk)
+    deployment.replicas = decision["to"]
+    deployment_changed(deployment, reconcile=True)
 
 
 def deployment_wake(name: str, *, now: float | None = None) -> bool:

@@ -21,10 +21,9 @@ from accounts.models import Team
 from accounts.permissions import permission_require
 from accounts.services import audit_record
 from core.errors import Conflict, ValidationFailed
-from inference import queue
 from inference.models import Deployment, ReplicaState
+from inference.services.deployment_changes import deployment_changed
 from inference.services.deployments import _check_same_model, _servable_version
-from inference.services.rollout_watch import latest_summaries
 from inference.services.rollouts import (
     CANARY,
     IN_PROGRESS,
@@ -32,6 +31,7 @@ from inference.services.rollouts import (
     rollout_begin,
     rollout_spec,
 )
+from inference.summaries import latest_summaries
 
 log = logging.getLogger("lantau.rollouts")
 MAX_PERCENT = 50
@@ -76,7 +76,7 @@ def deployment_canary_start(
         deployment.save()
         audit_record(team=team, actor=actor, action="deployment.canary", target=deployment.name, before=before,
                      after={"canary_version": str(version), "canary_percent": percent})  # fmt: skip
-        queue.deployment_reconcile_later(deployment.pk)
+        deployment_changed(deployment, reconcile=True)
     return deployment
 
 
@@ -94,7 +94,7 @@ def deployment_canary_promote(*, team: Team, actor, deployment: Deployment) -> D
         deployment.save()
         audit_record(team=team, actor=actor, action="deployment.canary_promote", target=deployment.name,
                      before=before, after=rollout_spec(deployment))  # fmt: skip
-        queue.deployment_reconcile_later(deployment.pk)
+        deployment_changed(deployment, reconcile=True)
     return deployment
 
 
@@ -107,7 +107,7 @@ def deployment_canary_abort(*, team: Team, actor, deployment: Deployment) -> Dep
             raise Conflict(f"{deployment.name!r} runs no canary")
         who = getattr(actor, "username", "") or "someone"
         canary_abort(deployment, f"aborted by {who}", actor=actor)
-        queue.deployment_reconcile_later(deployment.pk)
+        deployment_changed(deployment, reconcile=True)
     return deployment
 
 

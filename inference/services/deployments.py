@@ -14,7 +14,7 @@ from accounts.models import Team
 from accounts.permissions import permission_require
 from accounts.services import audit_record
 from core.errors import Conflict, NotFound, ValidationFailed
-from inference import queue, scheduler
+from inference import scheduler
 from inference.models import (
     Deployment,
     DesiredState,
@@ -26,6 +26,7 @@ from inference.models import (
     ReplicaState,
 )
 from inference.scheduler.cluster import ask_for, candidates
+from inference.services.deployment_changes import deployment_changed
 from inference.services.redis_users import redis_runner_user_drop, redis_runner_user_ensure
 from inference.services.regions import region_default, region_require
 from inference.services.rollouts import (
@@ -122,10 +123,6 @@ def _audit_state(deployment: Deployment) -> dict:
     }
 
 
-def _enqueue_reconcile(deployment_id: int) -> None:
-    queue.deployment_reconcile_later(deployment_id)
-
-
 def deployment_create(*, team: Team, actor, spec: DeploymentSpec) -> Deployment:
     """Create a deployment of one of the team's versions; placement happens in the worker after commit."""
     permission_require(team=team, user=actor, action="deployment.create")
@@ -164,7 +161,7 @@ def deployment_create(*, team: Team, actor, spec: DeploymentSpec) -> Deployment:
                 "node_selector": spec.node_selector,
             },  # fmt: skip
         )
-        _enqueue_reconcile(deployment.pk)
+        deployment_changed(deployment, reconcile=True)
         transaction.on_commit(partial(redis_runner_user_ensure, deployment.name))
     return deployment
 
@@ -215,7 +212,7 @@ def deployment_update(
             before=before,
             after=_audit_state(deployment),
         )
-        _enqueue_reconcile(deployment.pk)
+        deployment_changed(deployment, reconcile=True)
     return deployment
 
 
@@ -248,6 +245,7 @@ def deployment_delete(*, team: Team, actor, deployment: Deployment) -> None:
         name = deployment.name
         deployment.delete()  # replicas go with it; agents stop runners they no longer see
         audit_record(team=team, actor=actor, action="deployment.delete", target=name)
+        deployment_changed(deployment)  # edges drop its route now, not at the next rewrite
         transaction.on_commit(partial(redis_runner_user_drop, name))
 
 
@@ -281,6 +279,8 @@ def deployment_reconcile(deployment_id: int) -> dict:
             # The last old replicas may have retired in this pass: the rollout ends now, not at the
             # next periodic pass (15 s later). Deleted rows have no primary key any more.
             rollout_step(deployment, [r for r in replicas if r.pk is not None], spec_digest(deployment), want)
+        if result["removed"] or result["placed"] or result["canary_placed"]:
+            deployment_changed(deployment)  # pages and edges see it now, not at the next rewrite
     return result | {"rolled_back": rolled_back}
 
 

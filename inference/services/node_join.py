@@ -19,9 +19,10 @@ from accounts.install_admin import audit_fleet
 from accounts.models import Team
 from accounts.permissions import permission_require
 from core.errors import Conflict, Forbidden, Unauthorized, ValidationFailed
+from inference.credentials import token_hash
 from inference.models import JoinToken, Node, NodeMode, NodeStatus
 from inference.routes_publish import edge_environment
-from inference.services.nodes import ADVERTISE_HOST, node_require_manager, token_hash
+from inference.services.nodes import ADVERTISE_HOST, node_require_manager
 from inference.services.regions import region_require
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")

@@ -8,7 +8,6 @@ the end of this module.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import logging
 import re
@@ -32,12 +31,12 @@ from contract.replicas import REPORTABLE
 from core.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from core.live import publish
 from inference import liveness, queue
+from inference.credentials import runner_token, token_hash
 from inference.live import (
     NODE_STATS_KEEP,
     NODE_STATS_TTL_S,
     node_stats_group,
     node_stats_payload,
-    publish_deployment_status,
 )
 from inference.models import (
     Artifact,
@@ -50,6 +49,7 @@ from inference.models import (
     Replica,
     ReplicaState,
 )
+from inference.services.deployment_changes import deployment_changed
 from inference.services.redis_users import redis_runner_credentials
 from inference.services.regions import region_require
 from inference.services.rollouts import IN_PROGRESS, spec_digest
@@ -59,15 +59,6 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 # The inventory key holding the host a node's runners are reached at, pinned at its first heartbeat.
 ADVERTISE_HOST = "advertise_host"
 DEFAULT_ADVERTISE_HOST = "127.0.0.1"
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def runner_token(replica_id: int) -> str:
-    """Per-replica secret shared by the gateway and the runner, derived rather than stored."""
-    return hmac.new(settings.SECRET_KEY.encode(), f"runner:{replica_id}".encode(), hashlib.sha256).hexdigest()
 
 
 def node_token_create(*, name: str, region: str, actor=None, max_replicas: int = 8) -> tuple[Node, str]:
@@ -416,9 +407,8 @@ def _apply_report(node: Node, rows: dict[int, Replica], report: dict) -> None:
     deployment = Deployment.objects.filter(pk=replica.deployment_id).first()  # the whole row: pages, edges
     if deployment is None:  # deleted meanwhile; its replicas went with it
         return
-    publish_deployment_status(deployment)
-    if state in (ReplicaState.FAILED, ReplicaState.READY):  # replace the failed; roll on once ready
-        queue.deployment_reconcile_later(deployment.pk)
+    # replace the failed; roll on once ready
+    deployment_changed(deployment, reconcile=state in (ReplicaState.FAILED, ReplicaState.READY))
 
 
 _FOOTPRINTS_SEEN: set[int] = set()  # replicas whose footprint this process recorded already

@@ -23,12 +23,11 @@ from contract.redis_acl import (
     RUNNER,
     acl_file_line,
     acl_rules,
-    password_for,
     selectors_supported,
     setuser_args,
-    url_with_user,
     user_name,
 )
+from inference.credentials import redis_user_credentials
 from inference.models import Deployment
 
 log = logging.getLogger("lantau.redis_acl")
@@ -36,17 +35,6 @@ log = logging.getLogger("lantau.redis_acl")
 
 def _client() -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
-
-
-def redis_user_credentials(kind: str, deployment: str | None = None) -> tuple[str, str]:
-    """(user, password) of one process kind; a runner's for ``deployment``."""
-    user = user_name(settings.REDIS_PREFIX, kind, deployment)
-    return user, password_for(settings.SECRET_KEY, user, settings.REDIS_ACL_EPOCH)
-
-
-def redis_user_url(kind: str, deployment: str | None = None, *, base: str | None = None) -> str:
-    """``base`` (default the console's ``REDIS_URL``) with that user's credentials."""
-    return url_with_user(base or settings.REDIS_URL, *redis_user_credentials(kind, deployment))
 
 
 def redis_selectors(client: redis.Redis) -> bool:

@@ -16,23 +16,10 @@ from accounts.install_admin import audit_fleet, install_admin_require
 from contract.regions import REGION_NAME_RULE, region_name_ok
 from core.errors import Conflict, NotFound, ValidationFailed
 from inference.models import Deployment, Node, Region
+from inference.selectors import region_names
 
 DISPLAY_NAME_MAX = 64
 ORDER_BOUND = 1_000_000
-
-
-def regions_known() -> list[Region]:
-    """Every region, in failover order (then by name): the one list pages, the API and checks read."""
-    return list(Region.objects.order_by("failover_order", "name"))
-
-
-def region_names() -> list[str]:
-    return [r.name for r in regions_known()]
-
-
-def region_choices() -> list[tuple[str, str]]:
-    """``(name, display name)`` pairs in failover order, for forms."""
-    return [(r.name, r.display_name) for r in regions_known()]
 
 
 def _unknown(name: object) -> ValidationFailed:

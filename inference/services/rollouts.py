@@ -36,8 +36,8 @@ from accounts.permissions import permission_require
 from accounts.services import audit_record
 from core.errors import Conflict
 from inference import queue
-from inference.live import publish_deployment_status
 from inference.models import Deployment, ModelVersion, NodeStatus, Replica, ReplicaState
+from inference.services.deployment_changes import deployment_changed
 
 log = logging.getLogger("lantau.rollouts")
 
@@ -181,7 +181,7 @@ def rollout_rollback(deployment: Deployment, reason: str, *, actor=None) -> bool
     log.warning("deployment %s rolled back to %s: %s", deployment.name, version, reason)
     audit_record(team=deployment.team, actor=actor, action="deployment.rollback", target=deployment.name,
                  before=before, after=rollout_spec(deployment), data={"reason": reason})  # fmt: skip
-    publish_deployment_status(deployment)
+    deployment_changed(deployment)
     return True
 
 
@@ -220,4 +220,4 @@ def canary_abort(deployment: Deployment, reason: str, *, actor=None) -> None:
     log.warning("canary of %s aborted: %s", deployment.name, reason)
     audit_record(team=deployment.team, actor=actor, action="deployment.canary_abort", target=deployment.name,
                  before=before, data={"reason": reason})  # fmt: skip
-    publish_deployment_status(deployment)
+    deployment_changed(deployment)

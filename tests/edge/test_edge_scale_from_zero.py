@@ -16,10 +16,10 @@ from django.conf import settings
 
 from contract.redis_keys import RedisKeys
 from contract.wake import WAKE_TASK
+from inference.credentials import runner_token
 from inference.models import Deployment, Replica, ReplicaState
 from inference.routes_publish import route_entry, routes_publish_all
 from inference.runner import launch
-from inference.services.nodes import runner_token
 from tests.support.edges import RED, Served, World, predict, start_edge
 from tests.support.runners import REPO, runner_command
 

@@ -8,9 +8,9 @@ from django.db import connection
 from django.test import Client
 
 from accounts.install_admin import NOT_ADMIN
+from inference.credentials import token_hash
 from inference.models import JoinToken, Node
 from inference.services.node_join import join_token_create
-from inference.services.nodes import token_hash
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("install_admin")]  # Olivia runs the fleet
 

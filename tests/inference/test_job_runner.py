@@ -8,7 +8,8 @@ from django.utils import timezone
 
 from inference import storage
 from inference.jobs.registry import kind_get
-from inference.jobs.runner import JobReporter, job_claim, job_execute, job_finish
+from inference.jobs.reporter import JobReporter
+from inference.jobs.runner import job_claim, job_execute, job_finish
 from inference.models import Artifact, Job, JobStatus, ModelVersion
 from inference.services.jobs import job_start, jobs_reap
 

@@ -11,9 +11,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from inference import liveness
+from inference.credentials import runner_token
 from inference.models import GpuFootprint, Node, Replica
 from inference.services.deployments import DeploymentSpec, deployment_create, deployment_reconcile
-from inference.services.nodes import node_token_create, nodes_sweep, runner_token
+from inference.services.nodes import node_token_create, nodes_sweep
 from tests.support.hardware import A10
 
 pytestmark = pytest.mark.django_db

@@ -17,8 +17,8 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.contrib.sessions.models import Session
 
 from accounts.models import ApiKey
+from inference.credentials import token_hash
 from inference.models import JoinToken
-from inference.services.node_join import token_hash
 
 pytestmark = pytest.mark.django_db
 

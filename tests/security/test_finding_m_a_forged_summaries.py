@@ -23,12 +23,13 @@ from django.test import Client
 from accounts import keycache
 from contract.redis_keys import RedisKeys
 from contract.summaries import summary_seal
+from inference.credentials import runner_token
 from inference.models import Deployment, Replica
 from inference.services.autoscale import deployment_autoscaling_set, deployments_autoscale
 from inference.services.deployments import DeploymentSpec, deployment_create, deployment_reconcile
-from inference.services.nodes import runner_token
 from inference.services.registry import UploadedModel, model_version_upload
-from inference.services.rollout_watch import latest_summaries, rollouts_watch
+from inference.services.rollout_watch import rollouts_watch
+from inference.summaries import latest_summaries
 from tests.support import hardware, people
 from tests.support.tiny_models import COLOURS, colour_classifier
 
@@ -151,7 +152,7 @@ def test_m_a_garbage_summaries_never_stop_the_rollout_watch_of_other_teams(setti
     bystander = globex.deploy("globex-app")
     victim_new, bystander_new = acme.roll(victim), globex.roll(bystander)
     assert victim.pk < bystander.pk
-    caplog.set_level(logging.WARNING, logger="lantau.rollouts")
+    caplog.set_level(logging.WARNING, logger="lantau.summaries")
 
     for forged in forgeries(victim.name, victim_new.pk):
         plant(settings, victim.name, victim_new.pk, forged)
@@ -269,7 +270,7 @@ def test_m_a_summaries_not_sealed_by_the_replica_steer_nothing(settings, teams, 
     body = json.dumps(load | {"ts": time.time()})
     names = RedisKeys(settings.REDIS_PREFIX)
     stale = json.dumps(load | {"ts": time.time() - 120})
-    caplog.set_level(logging.WARNING, logger="lantau.rollouts")
+    caplog.set_level(logging.WARNING, logger="lantau.summaries")
     for raw, why in [
         (body, "not a sealed summary"),
         (summary_seal(body, token=runner_token(replica.pk + 1), prefix=settings.REDIS_PREFIX,

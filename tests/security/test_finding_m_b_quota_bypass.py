@@ -37,11 +37,11 @@ from contract.apikeys import entry_sign, key_generate, key_hash
 from contract.quotas import QUOTA_HEADER, Quota, month_of
 from contract.redis_keys import RedisKeys
 from contract.signing import public_key_text, signing_key_from_secret
+from inference.credentials import runner_token
 from inference.gateway import app as gateway
 from inference.gateway import auth
 from inference.runner import launch
 from inference.runner.usage import RESERVE_BUCKET_S, RESERVE_BUCKETS
-from inference.services.nodes import runner_token
 from tests.security.dataplane import Answer, call, colour_deployment, serve_replica
 from tests.support.factories import image_bytes
 from tests.support.gateway import run

@@ -22,11 +22,11 @@ from PIL import Image
 
 from accounts import keycache
 from accounts.services import api_key_create
+from inference.credentials import runner_token
 from inference.demo.tiny_chat import save_untrained
 from inference.export.causal_lm import export_model_folder
 from inference.gateway import app as gateway
 from inference.gateway import auth
-from inference.services.nodes import runner_token
 from tests.security.dataplane import call, colour_deployment, serve_replica
 from tests.support.factories import image_bytes
 from tests.support.gateway import run

@@ -17,10 +17,10 @@ import pytest
 from accounts import keycache
 from accounts.keyhash import verify_key_text
 from accounts.services import api_key_create
+from inference.credentials import runner_token
 from inference.gateway import app as gateway
 from inference.gateway import auth
 from inference.runner import launch
-from inference.services.nodes import runner_token
 from tests.security.dataplane import Answer, PrivateRedis, call, colour_deployment, serve_replica
 from tests.support.factories import image_bytes
 from tests.support.gateway import run

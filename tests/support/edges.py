@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 
 from contract.routes import SERVED_BY_HEADER
+from inference.credentials import runner_token
 from inference.models import Deployment, Replica, ReplicaState
 from inference.routes_publish import edge_environment, routes_publish
 from inference.runner import launch
-from inference.services.nodes import runner_token
 from tests.support.factories import image_bytes
 from tests.support.runners import REPO, runner_command
 

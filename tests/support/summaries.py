@@ -8,7 +8,7 @@ import time
 from django.conf import settings
 
 from contract.summaries import summary_seal
-from inference.services.nodes import runner_token
+from inference.credentials import runner_token
 
 
 def sealed_summary(deployment: str, replica: int, **fields) -> str:

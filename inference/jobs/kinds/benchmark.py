@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field
 
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
-from inference.jobs.runner import JobReporter
+from inference.jobs.reporter import JobReporter
 from inference.jobs.versions import job_source, put_version, sandbox, version_inputs
 from inference.models import Job
 

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from core.errors import ValidationFailed
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
-from inference.jobs.runner import JobReporter
+from inference.jobs.reporter import JobReporter
 from inference.jobs.versions import (
     CLASSIFIER_TASKS,
     COMPARE_LIMIT,

@@ -10,7 +10,7 @@ from pydantic import Field
 from core.errors import ValidationFailed
 from inference import storage
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
-from inference.jobs.runner import JobReporter
+from inference.jobs.reporter import JobReporter
 from inference.jobs.versions import job_lineage, job_source, sandbox
 from inference.models import Job, ModelVersion
 from inference.services.registry import version_derive

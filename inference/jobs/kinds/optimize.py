@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
-from inference.jobs.runner import JobReporter
+from inference.jobs.reporter import JobReporter
 from inference.jobs.versions import derive_compared, job_source
 from inference.models import Job
 

@@ -20,7 +20,7 @@ from inference.conversion.hardware import has_vnni
 from inference.conversion.quantize import recommended_options
 from inference.conversion.tuning import DEFAULT_TARGETS, MAX_TRIALS, METRICS, candidates
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
-from inference.jobs.runner import JobReporter
+from inference.jobs.reporter import JobReporter
 from inference.jobs.versions import (
     CLASSIFIER_TASKS,
     COMPARE_LIMIT,

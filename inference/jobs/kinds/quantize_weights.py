@@ -14,7 +14,7 @@ from pydantic import Field, field_validator
 
 from core.errors import ValidationFailed
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
-from inference.jobs.runner import JobReporter
+from inference.jobs.reporter import JobReporter
 from inference.jobs.versions import job_lineage, job_source, put_version, sandbox, version_inputs
 from inference.models import Job, ModelVersion, Task
 from inference.services.registry import version_derive

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
-from inference.jobs.runner import JobReporter
+from inference.jobs.reporter import JobReporter
 from inference.jobs.versions import sandbox
 from inference.models import Job
 from inference.services.imports import import_cleanup, import_info_checked, materialize, register_import

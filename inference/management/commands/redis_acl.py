@@ -9,7 +9,8 @@ from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisError
 
 from contract.redis_acl import KINDS, RUNNER
-from inference.services.redis_users import redis_acl_lines, redis_user_url, redis_users_apply
+from inference.credentials import redis_user_url
+from inference.services.redis_users import redis_acl_lines, redis_users_apply
 
 
 class Command(BaseCommand):

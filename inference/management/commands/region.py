@@ -5,7 +5,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ApplicationError
-from inference.services.regions import region_create, region_delete, region_update, regions_known
+from inference.selectors import regions_known
+from inference.services.regions import region_create, region_delete, region_update
 
 
 class Command(BaseCommand):
