@@ -164,9 +164,7 @@ class RolloutStack(Stack):
     def start_with_owner(self) -> dict[str, str]:
         """``Stack.start``, with the owner and its keys made while the console boots: their
         ``manage.py shell`` needs only the migrated database."""
-        self._admin(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
-        self._admin(f'CREATE DATABASE "{self.db_name}"')
-        self.manage("migrate", "--noinput")
+        self.prepare()  # the database and the processes' Redis users
         self.start_console(wait=False)
         self.start_worker()
         keys = self.owner_keys("bench", "bench", install_admin=True)  # it joins an edge node
@@ -187,7 +185,7 @@ class RolloutStack(Stack):
         command = [sys.executable, "-m", "inference.agent", "--console", self.url, "--region", "hk", "--name",
                    "bench", "--interval", "0.5", "--threads", str(self.threads), "--data-dir",
                    str(self.node_dir("bench")), "--edge-port", "0", "--edge-host", "127.0.0.1"]  # fmt: skip
-        env = {"LANTAU_JOIN_TOKEN": join_token, "LANTAU_REDIS_URL": self.env["REDIS_URL"]}
+        env = {"LANTAU_JOIN_TOKEN": join_token, "LANTAU_REDIS_URL": self._agent_redis_url}  # its own user
         self.nodes["bench"] = (command, env)  # stop() ends its runners and edge even if it was killed
         self.spawn("node-bench", command, env=env)
 

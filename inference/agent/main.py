@@ -16,12 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict, cast
 from urllib.parse import urlsplit
 
 import httpx
 
 from contract.manifest import ManifestError
+from contract.node_protocol import HeartbeatRequest, ProtocolError, heartbeat_answer_parse
 from contract.regions import REGION_NAME_RULE, region_name_ok
 from contract.replicas import ReplicaState
 from inference.agent import artifacts, edge, inventory, supervisor
@@ -136,7 +137,7 @@ class Agent:
         return facts
 
     def beat(self) -> list[dict[str, Any]]:
-        payload = {
+        payload: HeartbeatRequest = {
             "region": self.args.region,
             "inventory": self.inventory(),
             "replicas": self.runners.reports(),
@@ -148,13 +149,14 @@ class Agent:
             response = self.http.post("/api/v1/nodes/heartbeat", json=payload)
         if response.status_code != 200:
             raise RuntimeError(f"heartbeat refused: HTTP {response.status_code} {response.text[:200]}")
-        body = response.json()
-        if not isinstance(body, dict) or not isinstance(body.get("replicas"), list):
-            raise RuntimeError("the console's heartbeat answer holds no list of replicas")
-        if body.get("rotate_credential") is True:
+        try:
+            answer = heartbeat_answer_parse(response.json())
+        except (ValueError, ProtocolError) as exc:  # not JSON, or not the node protocol's shape
+            raise RuntimeError(f"the console's heartbeat answer is unusable: {exc}") from None
+        if answer["rotate_credential"]:
             self.rotate()
-        desired: list[dict[str, Any]] = body["replicas"]  # the console's desired replicas
-        return desired
+        # The console's desired replicas, each checked by ``desired_problem`` before it is used.
+        return cast(list[dict[str, Any]], answer["replicas"])
 
     def converge(self, desired: list[dict[str, Any]]) -> None:
         wanted: dict[int, dict[str, Any]] = {}

@@ -31,6 +31,14 @@ from typing import Any, Self
 
 import httpx
 
+from contract.node_protocol import (
+    RUNNER_TOKEN_HEADER,
+    SPEC_KEYS,
+    ReplicaReport,
+    device_of,
+    gpu_index_of,
+    limits_of,
+)
 from contract.redis_acl import url_with_user
 from contract.redis_keys import DEFAULT_PREFIX
 from contract.replicas import ReplicaState
@@ -39,16 +47,7 @@ from inference.runner import launch
 
 log = logging.getLogger("lantau.agent.supervisor")
 
-# Request limits the console may set for its runners (desired["limits"]), each a runner ``--max-*`` flag.
-LIMIT_OPTIONS = frozenset({
-    "max_body_bytes", "max_json_depth", "max_prompt_bytes", "max_messages", "max_stop_strings",
-    "max_inputs", "max_image_pixels",
-})  # fmt: skip
-# What a runner is started from: a desired replica whose hash of these changed needs a new runner.
-SPEC_KEYS = ("deployment", "version_id", "artifacts", "manifest", "device", "gpu_index", "batching",
-             "limits", "redis_prefix", "runner_token", "redis_user", "redis_password")  # fmt: skip
 GPU_DEVICES = frozenset({"cuda", "tensorrt"})
-RUNNER_TOKEN_HEADER = "X-Lantau-Runner-Token"  # inference.runner.access.TOKEN_HEADER
 IDENTITY_PATH = "/.lantau-agent/identity"  # no such route: 404 with the right token, 401 with a wrong one
 CONFIG_EXIT = 2  # the runner's exit code for a configuration it refuses (inference.runner.__main__)
 LOG_TAIL_BYTES = 64 * 1024
@@ -70,28 +69,6 @@ class Policy:
 def spec_hash(desired: dict[str, Any]) -> str:
     text = json.dumps({key: desired.get(key) for key in SPEC_KEYS}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def limit_options(desired: dict[str, Any]) -> dict[str, int]:
-    """The known, positive integer limits of a desired replica; anything else is left to the runner's defaults."""
-    limits = desired.get("limits")
-    if not isinstance(limits, dict):
-        return {}
-    return {
-        name: value
-        for name, value in limits.items()
-        if name in LIMIT_OPTIONS and isinstance(value, int) and not isinstance(value, bool) and value > 0
-    }
-
-
-def gpu_index_of(desired: dict[str, Any]) -> int | None:
-    index = desired.get("gpu_index")
-    return index if isinstance(index, int) and not isinstance(index, bool) and index >= 0 else None
-
-
-def device_of(desired: dict[str, Any]) -> str:
-    device = desired.get("device")
-    return device if device in ("cpu", "cuda", "tensorrt") else "cpu"
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -336,7 +313,7 @@ class Supervisor:
             max_queue_delay_ms=batching["max_queue_delay_ms"], threads=self.threads, device=device,
             trt_cache_dir=self.trt_cache_dir(desired) if device == "tensorrt" else None,
             redis_prefix=desired.get("redis_prefix") or DEFAULT_PREFIX,  # the console's: keys it wrote are found
-            **limit_options(desired),
+            **limits_of(desired),
         )  # fmt: skip
 
     def env(self, replica: Replica) -> dict[str, str]:
@@ -524,12 +501,12 @@ class Supervisor:
     def url(self, replica: Replica) -> str:
         return f"http://{self.advertise_host}:{replica.port}" if replica.port else ""
 
-    def reports(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = [
+    def reports(self) -> list[ReplicaReport]:
+        out: list[ReplicaReport] = [
             {"id": rid, "state": ReplicaState.FAILED, "error": err} for rid, err in self.failed.items()
         ]
         for rid, replica in self.replicas.items():
-            report: dict[str, Any] = {"id": rid, "state": ReplicaState.STARTING}
+            report: ReplicaReport = {"id": rid, "state": ReplicaState.STARTING}
             if replica.ready:
                 report = {"id": rid, "state": ReplicaState.READY, "url": self.url(replica)}
             elif replica.error:

@@ -28,6 +28,8 @@ from redis.exceptions import RedisError
 
 from contract.apikeys import KeyIdentity
 from contract.envelope import error_envelope
+from contract.node_protocol import KEY_ID_HEADER
+from contract.node_protocol import RUNNER_TOKEN_HEADER as TOKEN_HEADER
 from contract.quotas import QUOTA_HEADER, quota_header
 from contract.routes import REGION_HEADER, RouteEntry
 from inference.runner.errors import BadRequest, NotFound, RunnerError
@@ -39,12 +41,10 @@ from .http import ClientGone, Reply, Request, json_body, too_large
 from .limits import InFlight
 from .openapi import OPENAPI_PATH, OPENAPI_V1
 from .upstream import (
-    KEY_ID_HEADER,
     SENT,
     SENT_CUT,
     SERVER_ERROR,
     TIMEOUT,
-    TOKEN_HEADER,
     UNREACHABLE_,
     Held,
     Upstream,

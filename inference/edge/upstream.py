@@ -28,8 +28,6 @@ from .pool import DEFAULT_MAX_ANSWER_BYTES, AnswerTooLarge, Pool
 PASS_HEADERS = frozenset({"content-type", "retry-after", "cache-control"})
 UNREACHABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
                aiohttp.ClientPayloadError)  # fmt: skip
-TOKEN_HEADER = "X-Lantau-Runner-Token"
-KEY_ID_HEADER = "X-Lantau-Key-Id"
 
 # Outcomes of one attempt.
 SENT, SENT_CUT, UNREACHABLE_, TIMEOUT, SERVER_ERROR = "sent", "cut", "unreachable", "timeout", "5xx"

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from contract.apikeys import INVALID_KEY_MESSAGE, MISSING_KEY_MESSAGE, KeyIdentity, bearer_token
+from contract.node_protocol import KEY_ID_HEADER
+from contract.node_protocol import RUNNER_TOKEN_HEADER as TOKEN_HEADER
 from contract.quotas import QUOTA_HEADER, Quota, quota_from_header
 
 from .errors import BadRequest, Forbidden, RateLimited, Unauthorized
@@ -26,8 +28,6 @@ from .keys import KeyCache
 from .ratelimit import RateLimiter
 from .usage import UsageRecorder
 
-TOKEN_HEADER = "X-Lantau-Runner-Token"
-KEY_ID_HEADER = "X-Lantau-Key-Id"
 INFERENCE_SCOPE = "inference"
 
 

@@ -15,8 +15,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from contract.envelope import error_envelope
+from contract.node_protocol import RUNNER_TOKEN_HEADER as TOKEN_HEADER
 
-from .access import TOKEN_HEADER, Caller
+from .access import Caller
 from .config import IMAGE_CLASSIFICATION, Manifest, RunnerConfig
 from .edge import Edge
 from .errors import PayloadTooLarge, RunnerError

@@ -10,6 +10,7 @@ from typing import Any
 
 from contract.generation import GenerationSpec
 from contract.manifest import MANIFEST_NAME, ManifestError, ModelManifest, Preprocessing, Task
+from contract.node_protocol import RUNNER_LIMITS
 from contract.redis_keys import DEFAULT_PREFIX, PREFIX_ENV, RedisKeys
 
 from .errors import ConfigError
@@ -66,16 +67,10 @@ class RequestLimits:
     image_pixels: int = 40_000_000  # width x height read from the header, before decoding: 422 above
 
 
-LIMIT_FLAGS = {  # flag -> (RequestLimits field, help)
-    "--max-json-depth": ("json_depth", "deepest JSON nesting accepted (400 above)"),
-    "--max-prompt-bytes": ("prompt_bytes", "largest prompt or chat messages, UTF-8 bytes (413 above)"),
-    "--max-messages": ("messages", "most chat messages in one request (422 above)"),
-    "--max-stop-strings": ("stop_strings", "most 'stop' strings in one request (422 above)"),
-    "--max-inputs": ("inputs", "most texts in one predict or embeddings request (422 above)"),
-    "--max-image-pixels": (
-        "image_pixels",
-        "largest image, width x height, checked before decoding (422 above)",
-    ),
+# flag -> (RequestLimits field, help): the limits listed once in contract.node_protocol (the console sets
+# them through desired replicas); ``--max-body-bytes`` is RunnerConfig's own.
+LIMIT_FLAGS = {
+    limit.flag: (limit.field, limit.help) for limit in RUNNER_LIMITS if limit.key != "max_body_bytes"
 }
 
 

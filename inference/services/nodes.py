@@ -15,6 +15,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import cast
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -27,6 +28,7 @@ from accounts.permissions import role_allows
 from accounts.services import audit_record
 from contract.generation import GenerationSpec
 from contract.manifest import ManifestError, ModelManifest, Preprocessing, Task
+from contract.node_protocol import RUNNER_LIMITS, DesiredReplica
 from contract.replicas import REPORTABLE
 from core.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from core.live import publish
@@ -171,13 +173,13 @@ def _replicas_of(node: Node) -> list[Replica]:
     return list(Replica.objects.filter(node=node).select_related("deployment").only(*_BEAT_COLUMNS))
 
 
-def desired_for(node: Node, replicas: list[Replica] | None = None) -> list[dict]:
+def desired_for(node: Node, replicas: list[Replica] | None = None) -> list[DesiredReplica]:
     """The replicas the node should run, as its agent reads them (see docs/api.md, heartbeat)."""
     replicas = _replicas_of(node) if replicas is None else replicas
-    out = []
+    out: list[DesiredReplica] = []
     for r in replicas:
         out.append(
-            {
+            cast(DesiredReplica, {
                 "id": r.pk,
                 "deployment": r.deployment.name,
                 "version_id": r.model_version_id,
@@ -189,8 +191,8 @@ def desired_for(node: Node, replicas: list[Replica] | None = None) -> list[dict]
                 "redis_prefix": settings.REDIS_PREFIX,
                 **redis_runner_credentials(r.deployment.name),  # its deployment's Redis user (ACLs on)
                 "limits": runner_limits(),
-            }
-        )
+            })
+        )  # fmt: skip
     return out
 
 
@@ -213,16 +215,8 @@ def _runs_with(replica: Replica) -> dict:
 
 
 def runner_limits() -> dict[str, int]:
-    """The request limits runners enforce, from the console's settings (runner ``--max-*`` flags)."""
-    return {
-        "max_body_bytes": settings.MAX_PREDICT_BYTES,
-        "max_json_depth": settings.MAX_JSON_DEPTH,
-        "max_prompt_bytes": settings.MAX_PROMPT_BYTES,
-        "max_messages": settings.MAX_MESSAGES,
-        "max_stop_strings": settings.MAX_STOP_STRINGS,
-        "max_inputs": settings.MAX_INPUTS,
-        "max_image_pixels": settings.MAX_IMAGE_PIXELS,
-    }
+    """The request limits runners enforce, from the console's settings (``contract.node_protocol``)."""
+    return {limit.key: getattr(settings, limit.setting) for limit in RUNNER_LIMITS}
 
 
 def replica_url_allowed(node: Node, url: str) -> bool:
@@ -283,7 +277,7 @@ class BeatSnapshot:
     version: str
     node: Node
     rows: list[Replica]
-    desired: list[dict] | None = None
+    desired: list[DesiredReplica] | None = None
 
 
 _snapshots: dict[str, BeatSnapshot] = {}  # token hash -> the node's last snapshot in this process

@@ -104,12 +104,17 @@ class Stack:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(sql)
 
-    def start(self) -> None:
+    def prepare(self) -> None:
+        """A new migrated database and the Redis ACL users of the edge, the agent and the runners (the
+        console hands their credentials out): what every start does before the console runs."""
         self._admin(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
         self._admin(f'CREATE DATABASE "{self.db_name}"')
         self.manage("migrate", "--noinput")
         self.manage("redis_acl", "apply")
         self._agent_redis_url = self.manage("redis_acl", "url", "agent").strip()
+
+    def start(self) -> None:
+        self.prepare()
         self.start_console(wait=False)
         self.start_worker()
         self.wait_http("/readyz")
