@@ -166,7 +166,8 @@ def _own(path: Path, uid: int, gid: int, mode: int) -> None:
 def lock_data_dir(data_dir: Path, cache_dir: Path) -> None:
     """The agent's own files out of runners' reach: the data dir and the cache traversable only
     (0711), every other entry of the data dir (node token, state, records and logs, the edge's
-    files) root 0600/0700, cached versions root 0700. Run once at start, before any runner."""
+    files) root 0600/0700, cached versions, model folders and engine caches left by an agent that
+    did not isolate root 0700. Run once at start, before any runner."""
     os.umask(0o077)
     for folder in (data_dir, cache_dir, cache_dir / "replicas", data_dir / "trt-cache"):
         folder.mkdir(parents=True, exist_ok=True)
@@ -178,6 +179,15 @@ def lock_data_dir(data_dir: Path, cache_dir: Path) -> None:
     for entry in cache_dir.iterdir():
         if entry.is_dir() and not entry.is_symlink() and entry.name.startswith("v"):
             _chmod(entry, 0o700)
+    for entry in (cache_dir / "replicas").iterdir():  # a shared-uid agent's folders were 0755
+        if entry.is_dir() and not entry.is_symlink() and entry.lstat().st_gid == 0:
+            _chmod(entry, 0o700)  # given to its runner's gid again when it starts (or left root's)
+    for version in (data_dir / "trt-cache").iterdir():
+        if version.is_dir() and not version.is_symlink():
+            _chmod(version, 0o711)
+            for gpu in version.iterdir():
+                if gpu.is_dir() and not gpu.is_symlink() and gpu.lstat().st_uid == 0:
+                    _chmod(gpu, 0o700)  # a shared-uid agent's engines: for the next runner of the version
 
 
 def give_model_dir(model_dir: Path, uid: int) -> None:

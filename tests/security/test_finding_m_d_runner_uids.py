@@ -15,6 +15,7 @@ agent's uid, and the agent says so (a warning and ``runner_isolation: shared-uid
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,8 +24,10 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -43,6 +46,7 @@ FAST = supervisor.Policy(
     probe_timeout_s=1.0, hang_probes=3, start_timeout_s=90, max_attempts=2, backoff_s=0.2
 )
 UID_BASE, UID_COUNT = 61000, 1000
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 # Run under another uid: try each (name, operation, path) and answer "ok" or the error's name.
 PROBE = """
@@ -272,6 +276,37 @@ def test_an_engine_cache_is_written_only_by_its_versions_runner_and_taken_back_f
 
 
 @as_root
+def test_what_an_agent_that_did_not_isolate_left_is_locked_at_start(
+    data_dir: Path, runner_python: Path
+) -> None:
+    """Upgrading a node: folders and files a shared-uid agent made 0755/0644 are the agent's alone."""
+    cache = data_dir / "cache"
+    for folder in (
+        cache / "v3",
+        cache / "replicas" / "r3",
+        data_dir / "trt-cache" / "3" / "gpu0",
+        data_dir / "runners",
+    ):
+        folder.mkdir(parents=True, mode=0o755)
+        folder.chmod(0o755)
+    for path in (cache / "v3" / "model.onnx", cache / "replicas" / "r3" / "manifest.json", data_dir / STATE_FILE,
+                 data_dir / "trt-cache" / "3" / "gpu0" / "engine", data_dir / "edge.log"):  # fmt: skip
+        path.write_text("x")
+        path.chmod(0o644)
+    isolation.lock_data_dir(data_dir, cache)
+    seen = as_uid(UID_BASE + 9, [
+        ("cached version", "read", cache / "v3" / "model.onnx"),
+        ("model folder", "read", cache / "replicas" / "r3" / "manifest.json"),
+        ("engine", "read", data_dir / "trt-cache" / "3" / "gpu0" / "engine"),
+        ("agent state", "read", data_dir / STATE_FILE),
+        ("edge log", "read", data_dir / "edge.log"),
+        ("runners", "list", data_dir / "runners"),
+    ])  # fmt: skip
+    assert seen == dict.fromkeys(seen, "PermissionError"), seen
+    assert data_dir.stat().st_mode & 0o777 == 0o711  # runners still reach their own folder by its path
+
+
+@as_root
 def test_a_uid_in_use_or_of_an_account_is_never_handed_out() -> None:
     mode = isolation.Isolation(isolation.UID_PER_REPLICA, UID_BASE, 3)
     sleeper = subprocess.Popen(["sleep", "30"], user=UID_BASE, group=UID_BASE, extra_groups=[])
@@ -283,6 +318,143 @@ def test_a_uid_in_use_or_of_an_account_is_never_handed_out() -> None:
         sleeper.wait()
     nobody = isolation.Isolation(isolation.UID_PER_REPLICA, 65534, 1)  # an account of most machines
     assert isolation.allocate(nobody, taken=set()) is (None if isolation.account_exists(65534) else 65534)
+
+
+class FakeConsole:
+    """Answers every heartbeat with ``desired`` and serves the models by sha256; keeps what the agent
+    reported last (its inventory, its replicas)."""
+
+    def __init__(self, desired: list[dict], files: dict[str, bytes]) -> None:
+        self.desired, self.inventory, self.reports = desired, {}, []
+        console = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def answer(self, body: bytes, status: int = 200) -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                beat = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                console.inventory, console.reports = beat.get("inventory", {}), beat.get("replicas", [])
+                self.answer(json.dumps({"replicas": console.desired}).encode())
+
+            def do_GET(self) -> None:  # noqa: N802
+                body = files.get(self.path.rsplit("/", 1)[-1])
+                self.answer(body or b"", 200 if body is not None else 404)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def ready(self, count: int) -> bool:
+        return len([r for r in self.reports if r.get("state") == ReplicaState.READY]) == count
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def models(count: int, folder: Path) -> tuple[list[dict], dict[str, bytes]]:
+    """``count`` desired replicas, each of its own deployment and version, and their model files."""
+    files, specs = {}, []
+    for rid in range(1, count + 1):
+        data = colour_classifier(folder / f"model-{rid}.onnx").read_bytes()
+        sha = hashlib.sha256(data).hexdigest()
+        files[sha] = data
+        artifact = {"filename": "model.onnx", "sha256": sha, "url": f"/api/v1/nodes/artifacts/{sha}"}
+        specs.append(desired(rid, f"team{rid}-model", 10 + rid, artifact))
+    return specs, files
+
+
+class AgentRun:
+    output = ""  # its log, once stopped
+
+
+@contextlib.contextmanager
+def running_agent(
+    python: Path, console: FakeConsole, data_dir: Path, count: int, uid: int | None = None
+) -> Iterator[AgentRun]:
+    """``python -m inference.agent`` (as root, or under ``uid``), handed over once ``count`` replicas
+    are ready; then stopped with SIGTERM (it stops its runners), its log in ``output``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LANTAU_")}
+    command = [str(python), "-m", "inference.agent", "--console", console.url, "--region", "hk", "--name", "md",
+               "--data-dir", str(data_dir), "--interval", "0.3", "--threads", "1"]  # fmt: skip
+    as_user: dict = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
+    agent = subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, **as_user)  # fmt: skip
+    run = AgentRun()
+    try:
+        deadline = time.monotonic() + 120
+        while not console.ready(count) and agent.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert console.ready(count), f"replicas reported: {console.reports}"
+        yield run
+    finally:
+        agent.terminate()
+        try:
+            run.output, _ = agent.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            run.output, _ = agent.communicate()
+
+
+@as_root
+def test_a_real_agent_as_root_isolates_its_runners_and_says_so(
+    data_dir: Path, runner_python: Path, tmp_path: Path
+) -> None:
+    """The whole agent: its flags' defaults isolate, its heartbeat says ``uid-per-replica``."""
+    specs, files = models(2, tmp_path)
+    data_dir.mkdir()
+    store_secret(data_dir / NODE_TOKEN_FILE, "ltn_node-credential")
+    console = FakeConsole(specs, files)
+    try:
+        with running_agent(runner_python, console, data_dir, 2) as run:
+            assert console.inventory["runner_isolation"] == "uid-per-replica"
+            state = json.loads((data_dir / STATE_FILE).read_text())
+            assert state["runner_isolation"] == "uid-per-replica"
+            pid_a, pid_b = (r["pid"] for r in state["replicas"])
+            uid_a, uid_b = status_ids(pid_a)["Uid"][0], status_ids(pid_b)["Uid"][0]
+            assert uid_a != uid_b and 0 not in (uid_a, uid_b)
+            seen = as_uid(uid_a, [
+                ("other environ", "read", f"/proc/{pid_b}/environ"),
+                ("node token", "read", data_dir / NODE_TOKEN_FILE),
+                ("agent state", "read", data_dir / STATE_FILE),
+                ("other model folder", "list", data_dir / "cache" / "replicas" / "r2"),
+                ("other cached version", "read", data_dir / "cache" / "v12" / "model.onnx"),
+                ("own cached version, rewritten", "write", data_dir / "cache" / "replicas" / "r1" / "model.onnx"),
+            ])  # fmt: skip
+            assert seen == dict.fromkeys(seen, "PermissionError"), seen
+    finally:
+        console.close()
+    assert "runners run under uids of their own" in run.output and "share the agent's uid" not in run.output
+    assert runner_pids(data_dir) == []
+
+
+@as_root
+def test_a_real_agent_without_root_warns_once_and_its_runners_share_its_uid(
+    data_dir: Path, runner_python: Path, tmp_path: Path
+) -> None:
+    specs, files = models(1, tmp_path)
+    agent_uid = UID_BASE - 1  # an unprivileged agent, outside the runners' range
+    data_dir.mkdir()
+    store_secret(data_dir / NODE_TOKEN_FILE, "ltn_node-credential")
+    for path in (data_dir, data_dir / NODE_TOKEN_FILE):
+        os.chown(path, agent_uid, agent_uid)
+    console = FakeConsole(specs, files)
+    try:
+        with running_agent(runner_python, console, data_dir, 1, uid=agent_uid) as run:
+            assert console.inventory["runner_isolation"] == "shared-uid"
+            (pid,) = (r["pid"] for r in json.loads((data_dir / STATE_FILE).read_text())["replicas"])
+            assert status_ids(pid)["Uid"][0] == agent_uid
+    finally:
+        console.close()
+    warning = f"runners share the agent's uid: run the agent as root to isolate tenants (the agent runs as uid {agent_uid}, not root)"
+    assert run.output.count(warning) == 1, run.output
 
 
 @pytest.mark.parametrize(
