@@ -388,9 +388,16 @@ class Supervisor:
             replica.spec.get("deployment", "?"),
             replica.attempts,
         )
-        if self.isolation.isolated and not self._isolate(replica):
-            self._retry(replica, "no free runner uid in --runner-uid-base/--runner-uid-count", fatal=True)
-            return
+        if self.isolation.isolated:
+            try:
+                problem = (
+                    "" if self._isolate(replica) else "no free uid in --runner-uid-base/--runner-uid-count"
+                )
+            except OSError as exc:
+                problem = f"cannot give the runner its folders: {exc}"
+            if problem:
+                self._retry(replica, f"runner not started: {problem}", fatal=True)
+                return
         process = launch.start_detached(
             self.command(replica), env=self.env(replica), log_path=log_path, uid=replica.uid
         )
