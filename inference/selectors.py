@@ -148,6 +148,12 @@ _GIB = 2**30
 HOST_ROWS = ("Host", "Runtimes", "Edge")  # where the machine is and what it runs: administrators only
 
 
+RUNNER_ISOLATION = {  # the agent's inventory["runner_isolation"] (inference.agent.isolation)
+    "uid-per-replica": "one OS user per replica",
+    "shared-uid": "none: every replica's runner runs as the agent's OS user",
+}
+
+
 def node_inventory_rows(node: Node, *, full: bool = True) -> list[tuple[str, str]]:
     """The inventory a node's agent reported, as (what, value) rows for people. Without ``full`` (a
     member who is no install administrator, review L-A) only capacity: cores, memory, disk and GPUs,
@@ -179,6 +185,9 @@ def _inventory_rows(node: Node) -> list[tuple[str, str]]:
         state = "serving" if edge.get("ready") is True else "not ready"
         why = f" ({str(edge['error'])[:200]})" if edge.get("error") and edge.get("ready") is not True else ""
         rows.append(("Edge", f"{state} on {where}{why}"))
+    isolation = inv.get("runner_isolation")  # review M-D: whether teams' runners share one OS user here
+    if isolation in RUNNER_ISOLATION:
+        rows.append(("Runner isolation", RUNNER_ISOLATION[isolation]))
     for i, gpu in enumerate(inv.get("gpus") or []):
         if isinstance(gpu, dict):
             rows.append(

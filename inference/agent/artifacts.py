@@ -1,8 +1,10 @@
 """Fetch a version's files from the console into a local cache, verifying each SHA-256.
 
 The cache holds one folder per model version (``v<id>``) and one folder of hard links per replica
-(``replicas/r<id>``). It is bounded (``--cache-max-bytes``): ``evict`` removes the least recently used
-versions that no replica on this node runs, and the folders of replicas that are gone.
+(``replicas/r<id>``). Cached files are the agent's, 0644, in a 0700 folder: a runner reads its own
+version's through its replica folder (``inference.agent.isolation``) and writes none. It is bounded
+(``--cache-max-bytes``): ``evict`` removes the least recently used versions that no replica on this
+node runs, and the folders of replicas that are gone.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +26,7 @@ import httpx
 
 from contract.manifest import MANIFEST_NAME, ModelManifest
 
+CACHED_MODE = 0o644  # root's, read-only: runners read models through their replica folder's hard links
 LAST_USED = ".last-used"  # its mtime: when a replica last used the version (least recently used first)
 log = logging.getLogger("lantau.agent")
 
@@ -82,6 +86,17 @@ def _relative(url: object) -> str:
     return url
 
 
+def _trusted(path: Path) -> bool:
+    """A cached file reused without a download: a regular file of the agent's own uid that no group
+    or other may write (review M-D: a runner must not have rewritten another version's model). Its
+    content is trusted on its marker: re-hashing every model at every start costs too much."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022
+
+
 def _fetch(client: httpx.Client, url: str, sha256: str, dest: Path) -> None:
     url = _relative(url)
     digest = hashlib.sha256()
@@ -113,13 +128,16 @@ def prepare(client: httpx.Client, cache_dir: Path, desired: dict[str, Any]) -> P
         raise ArtifactError(f"refusing the console's answer: {problem}")
     folder = _inside(cache_dir, cache_dir / f"v{desired['version_id']}")
     folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)  # other versions' runners must not read this one's models (review M-D)
     for artifact in desired["artifacts"]:
         name = Path(artifact["filename"]).name  # never trust a path from the wire
         dest = folder / name
         marker = folder / f".{name}.sha256"
-        if dest.exists() and marker.exists() and marker.read_text() == artifact["sha256"]:
+        if _trusted(dest) and _trusted(marker) and marker.read_text() == artifact["sha256"]:
+            os.chmod(dest, CACHED_MODE)  # an older agent's cache held them 0600 (mkstemp)
             continue
         _fetch(client, artifact["url"], artifact["sha256"], dest)
+        os.chmod(dest, CACHED_MODE)
         marker.write_text(artifact["sha256"])
     (folder / LAST_USED).touch()
     replica_dir = _inside(cache_dir / "replicas", cache_dir / "replicas" / f"r{desired['id']}")

@@ -25,7 +25,7 @@ from contract.manifest import ManifestError
 from contract.node_protocol import HeartbeatRequest, ProtocolError, heartbeat_answer_parse
 from contract.regions import REGION_NAME_RULE, region_name_ok
 from contract.replicas import ReplicaState
-from inference.agent import artifacts, edge, inventory, supervisor
+from inference.agent import artifacts, edge, inventory, isolation, supervisor
 
 log = logging.getLogger("lantau.agent")
 
@@ -56,6 +56,15 @@ class Agent:
         self.use_token(args.node_token)
         self.cache = self.data_dir / "cache"
         self.cache.mkdir(parents=True, exist_ok=True)
+        self.isolation = isolation.decide(
+            os.geteuid(), args.runner_uid_base, args.runner_uid_count, self.data_dir
+        )
+        if self.isolation.isolated:
+            isolation.lock_data_dir(self.data_dir, self.cache)
+            log.info("runners run under uids of their own, from %d (%d of them)", args.runner_uid_base,
+                     args.runner_uid_count)  # fmt: skip
+        else:
+            log.warning("%s", self.isolation.warning())
         policy = supervisor.Policy(
             probe_timeout_s=args.probe_timeout, hang_probes=args.hang_probes,
             start_timeout_s=args.start_timeout, max_attempts=args.max_restarts,
@@ -63,7 +72,7 @@ class Agent:
         )  # fmt: skip
         self.runners = supervisor.Supervisor(
             self.data_dir, bind_host=args.bind_host, advertise_host=args.advertise_host,
-            threads=args.threads, redis_url=args.redis, policy=policy,
+            threads=args.threads, redis_url=args.redis, policy=policy, isolate=self.isolation,
         )  # fmt: skip
         self.edge: edge.EdgeSupervisor | None = None
         if args.edge_port is not None:  # an edge node: the region's edge runs beside the runners
@@ -131,6 +140,7 @@ class Agent:
         facts: dict[str, Any] = {**inventory.collect(self.data_dir), "labels": self.args.labels}
         # The console pins the advertised host at the first heartbeat and accepts replica URLs only on it.
         facts["advertise_host"] = self.args.advertise_host
+        facts["runner_isolation"] = self.isolation.mode  # shown on the console's node page (review M-D)
         if self.edge is not None:  # where this node's edge listens and whether it serves (pages, API)
             facts["edge"] = self.edge.summary()
         self.runners.gpu_uuids = {gpu["index"]: gpu["uuid"] for gpu in facts["gpus"] if gpu.get("uuid")}
@@ -441,6 +451,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("LANTAU_EDGE_HOST") or "0.0.0.0",
         help="address the edge listens on (with --edge-port); else env LANTAU_EDGE_HOST",
     )
+    parser.add_argument(
+        "--runner-uid-base", type=int, default=isolation.DEFAULT_UID_BASE,
+        help="first uid of the range runners run under, one uid per replica, when the agent runs as root "
+        "(no account of this machine may use the range)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--runner-uid-count", type=int, default=isolation.DEFAULT_UID_COUNT,
+        help="uids in that range: replicas this node can run isolated; 0 runs every runner under the "
+        "agent's uid (not isolated, warned about)",
+    )  # fmt: skip
     policy = supervisor.Policy()
     parser.add_argument(
         "--cache-max-bytes", type=int, default=20 * 2**30,

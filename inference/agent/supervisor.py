@@ -11,6 +11,9 @@ keeps its port but is stopped or deadlocked), is killed with its process group a
 a back-off that doubles; it is reported STARTING meanwhile and FAILED, with the reason, after
 ``max_attempts`` starts, so the console replaces it elsewhere. A runner that refuses its configuration
 (exit code 2: a bad manifest, a device this host lacks) fails at once: starting it again cannot help.
+
+With an ``isolation.Isolation`` that isolates (an agent running as root), each replica's runner runs
+under a uid of its own, kept over its restarts and in its record (``inference.agent.isolation``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
@@ -42,7 +45,7 @@ from contract.node_protocol import (
 from contract.redis_acl import url_with_user
 from contract.redis_keys import DEFAULT_PREFIX
 from contract.replicas import ReplicaState
-from inference.agent import inventory
+from inference.agent import inventory, isolation
 from inference.runner import launch
 
 log = logging.getLogger("lantau.agent.supervisor")
@@ -64,6 +67,10 @@ class Policy:
     backoff_s: float = 1.0  # wait before the first restart; doubled for each further one
     backoff_max_s: float = 30.0
     stable_s: float = 60.0  # ready this long: earlier crashes are forgiven (attempts start again at 0)
+
+
+def _has_default(spec: Any) -> bool:
+    return spec.default is not MISSING or spec.default_factory is not MISSING
 
 
 def spec_hash(desired: dict[str, Any]) -> str:
@@ -129,9 +136,13 @@ class ProcessRecord:
 
     @classmethod
     def load(cls, path: Path) -> Self | None:
+        """The record, or None; a field with a default may be missing (an older agent's record)."""
         try:
             data = json.loads(path.read_text())
-            return cls(**{name: data[name] for name in cls.__dataclass_fields__})  # type: ignore[attr-defined]
+            fields = cls.__dataclass_fields__  # type: ignore[attr-defined]
+            return cls(
+                **{name: data[name] for name in fields if name in data or not _has_default(fields[name])}
+            )
         except (OSError, ValueError, TypeError, KeyError):
             return None
 
@@ -153,6 +164,7 @@ class RunnerRecord(ProcessRecord):
     spec_hash: str
     model_dir: str
     log_path: str
+    uid: int | None = None  # the runner's own uid (isolation); None: the agent's
 
     def save(self, folder: Path) -> None:
         self.write(folder / f"{self.replica_id}.json")
@@ -180,6 +192,7 @@ class Replica:
     gpu_memory_bytes: int | None = None
     log_offset: int = 0
     adopted: bool = False  # started by a previous agent and taken over
+    uid: int | None = None  # its own uid, kept over restarts (isolation); None: the agent's
 
     @property
     def running(self) -> bool:
@@ -201,10 +214,12 @@ class Supervisor:
         redis_url: str | None = None,
         policy: Policy | None = None,
         echo: bool = True,
+        isolate: isolation.Isolation | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.records_dir = data_dir / "runners"
         self.records_dir.mkdir(parents=True, exist_ok=True)
+        self.isolation = isolate or isolation.Isolation()
         self.bind_host, self.advertise_host = bind_host, advertise_host
         self.threads, self.redis_url = threads, redis_url
         self.policy = policy or Policy()
@@ -258,7 +273,7 @@ class Supervisor:
         if record is not None:
             if self._adoptable(record, replica):
                 log.info("adopted runner for replica %s (pid %s, port %s)", rid, record.pid, record.port)
-                replica.record, replica.adopted = record, True
+                replica.record, replica.adopted, replica.uid = record, True, record.uid
                 replica.log_offset = file_size(Path(record.log_path))
                 self.replicas[rid] = replica
                 return replica
@@ -276,6 +291,10 @@ class Supervisor:
                 return False
         if not process_alive(record.pid, record.start_ticks):
             return False
+        if self.isolation.isolated and (
+            record.uid is None or isolation.process_uid(record.pid) != record.uid
+        ):
+            return False  # a runner under the agent's uid (started before isolation): started again under its own
         url = f"http://127.0.0.1:{record.port}"
         token = str(replica.spec.get("runner_token") or "")
         try:  # the process on that port is this replica's runner: it knows the replica's token
@@ -346,17 +365,50 @@ class Supervisor:
             replica.spec.get("deployment", "?"),
             replica.attempts,
         )
-        process = launch.start_detached(self.command(replica), env=self.env(replica), log_path=log_path)
+        if self.isolation.isolated:
+            try:
+                problem = (
+                    "" if self._isolate(replica) else "no free uid in --runner-uid-base/--runner-uid-count"
+                )
+            except OSError as exc:
+                problem = f"cannot give the runner its folders: {exc}"
+            if problem:
+                self._retry(replica, f"runner not started: {problem}", fatal=True)
+                return
+        process = launch.start_detached(
+            self.command(replica), env=self.env(replica), log_path=log_path, uid=replica.uid
+        )
         replica.process = process
         replica.record = RunnerRecord(
             replica_id=rid, pid=process.pid, pgid=process.pid, start_ticks=process_start_ticks(process.pid),
             port=None, spec_hash=replica.spec_hash, model_dir=str(replica.model_dir), log_path=str(log_path),
+            uid=replica.uid,
         )  # fmt: skip
         replica.record.save(self.records_dir)
         replica.ready = replica.was_ready = False
         replica.misses = 0
         replica.started_at = time.monotonic()
         replica.ready_since = None
+
+    def _isolate(self, replica: Replica) -> bool:
+        """Give the replica its uid (kept from its last start, else a free one: the owner of its engine
+        cache when free) and hand it its model folder and engine cache; False when none is free."""
+        trt = self.trt_cache_dir(replica.spec) if device_of(replica.spec) == "tensorrt" else None
+        if replica.uid is None:
+            taken = {r.uid for r in self.replicas.values() if r.uid is not None}
+            taken |= {r.uid for r in self.orphans.values() if r.uid is not None}
+            prefer = trt.lstat().st_uid if trt is not None and trt.is_dir() else None
+            replica.uid = isolation.allocate(self.isolation, taken, prefer)
+            if replica.uid is None:
+                return False
+            isolation.take_back(
+                replica.uid, replicas_dir=replica.model_dir.parent, trt_dir=self.data_dir / "trt-cache",
+                keep={replica.model_dir} | ({trt} if trt is not None else set()),
+            )  # fmt: skip
+        isolation.give_model_dir(replica.model_dir, replica.uid)
+        if trt is not None:
+            isolation.give_trt_cache(trt, replica.uid)
+        return True
 
     def _stop_record(self, record: RunnerRecord, timeout: float = 10.0) -> None:
         kill_group(record.pgid, record.pid, record.start_ticks, timeout)
@@ -520,10 +572,11 @@ class Supervisor:
         """What this agent runs, for ``<data_dir>/agent-state.json`` (operators, tests)."""
         replicas = [
             {"id": rid, "ready": r.ready, "pid": r.record.pid if r.record else None, "port": r.port,
-             "adopted": r.adopted, "attempts": r.attempts, "error": r.error}
+             "adopted": r.adopted, "attempts": r.attempts, "error": r.error, "uid": r.uid}
             for rid, r in sorted(self.replicas.items())
         ]  # fmt: skip
-        return {"replicas": replicas, "failed": {str(rid): err for rid, err in self.failed.items()}}
+        return {"replicas": replicas, "failed": {str(rid): err for rid, err in self.failed.items()},
+                "runner_isolation": self.isolation.mode}  # fmt: skip
 
     def versions_in_use(self) -> set[int]:
         return {int(r.spec["version_id"]) for r in self.replicas.values()}

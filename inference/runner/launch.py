@@ -180,15 +180,26 @@ class RunnerProcess:
         return self.process.returncode
 
 
-def start_detached(command: list[str], *, env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def start_detached(
+    command: list[str], *, env: Mapping[str, str], log_path: Path, uid: int | None = None
+) -> subprocess.Popen[bytes]:
     """Start ``command`` in its own session with all its output appended to ``log_path``: it outlives
     the launcher (the node agent adopts it after a restart) and never writes into a pipe nobody reads.
-    Its listening line is found in that file (``listening_port``)."""
+    Its listening line is found in that file (``listening_port``).
+
+    With ``uid`` (a launcher running as root) it runs under that uid, the gid of the same number and
+    no supplementary groups, with umask 077; it writes its log through the file it inherits, which
+    stays the launcher's (0600)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    as_user: dict[str, object] = {}
+    if uid is not None:
+        as_user = {"user": uid, "group": uid, "extra_groups": [], "umask": 0o077}
     with log_path.open("ab") as log_file:
-        return subprocess.Popen(
+        if uid is not None:
+            os.fchmod(log_file.fileno(), 0o600)
+        return subprocess.Popen(  # type: ignore[call-overload,no-any-return]
             command, env=dict(env), stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, **as_user,
         )  # fmt: skip
 
 

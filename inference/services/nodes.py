@@ -254,7 +254,7 @@ def _pinned_inventory(node: Node, inventory: dict) -> dict:
 
 
 # Inventory fields whose change is worth a PostgreSQL write (the rest, such as load, only go to Redis).
-_STATIC_FIELDS = ("cpus", "memory_bytes", "providers", "hostname", ADVERTISE_HOST, "edge")
+_STATIC_FIELDS = ("cpus", "memory_bytes", "providers", "hostname", ADVERTISE_HOST, "edge", "runner_isolation")
 
 
 def inventory_fingerprint(inventory: dict) -> str:
