@@ -19,6 +19,7 @@ from evalsets.checks import Checked, DatasetLimits, check_image_archive, check_j
 from evalsets.models import Dataset, DatasetKind
 from evalsets.selectors import dataset_get_by_id
 from inference import storage
+from inference.services.blobs import blobs_in_use
 from inference.validation.archives import ArchiveLimits, extract_zip
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -107,8 +108,7 @@ def _drop_unreferenced(path: Path | None) -> None:
 
 
 def _referenced(sha256: str) -> bool:
-    from inference.services.blobs import blobs_in_use  # the store is shared with versions and imports
-
+    """Whether any team's version, artifact, dataset or job names the blob (the store is shared)."""
     return bool(blobs_in_use([sha256]))
 
 

@@ -14,6 +14,7 @@ from contract.wake import WAKE_TASK
 from inference import queue
 from inference.jobs.runner import job_execute
 from inference.models import Deployment
+from inference.routes_publish import routes_publish_all
 from inference.services.autoscale import deployment_wake, deployments_autoscale
 from inference.services.blobs import blobs_collect
 from inference.services.deployments import deployment_reconcile
@@ -68,7 +69,6 @@ def rollouts_watch_task() -> int:
 @shared_task(name=queue.ROUTES_PUBLISH_ALL)
 def routes_publish_all_task() -> int:
     """Rewrite the route tables edges read (celery beat): the safety net behind per-change publishing."""
-    from inference.routes_publish import routes_publish_all
 
     return routes_publish_all()
 

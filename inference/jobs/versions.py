@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 
 from core.errors import ValidationFailed
+from evalsets.selectors import dataset_get_by_id
 from inference import storage
 from inference.jobs.reporter import JobReporter
 from inference.models import Job, ModelVersion
@@ -136,7 +137,6 @@ def dataset_labels(
     ``required``: such a dataset is needed (by ``needed_by``, which starts the message); a
     ValidationFailed says what is wrong with this one.
     """
-    from evalsets.selectors import dataset_get_by_id
 
     dataset = dataset_get_by_id(team=job.team, dataset_id=dataset_id)
     known = {label.casefold() for label in version.labels or []}

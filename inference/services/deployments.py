@@ -27,6 +27,7 @@ from inference.models import (
 )
 from inference.scheduler.cluster import ask_for, candidates
 from inference.services.deployment_changes import deployment_changed
+from inference.services.node_join import labels_validate
 from inference.services.redis_users import redis_runner_user_drop, redis_runner_user_ensure
 from inference.services.regions import region_default, region_require
 from inference.services.rollouts import (
@@ -85,9 +86,7 @@ class DeploymentSpec:
             raise ValidationFailed("max_batch_size must be between 1 and 256")
         if not 0 <= self.max_queue_delay_ms <= 1000:
             raise ValidationFailed("max_queue_delay_ms must be between 0 and 1000")
-        from inference.services.node_join import labels_validate  # one label grammar for nodes and this
-
-        labels_validate(self.node_selector, field="node_selector")
+        labels_validate(self.node_selector, field="node_selector")  # one label grammar for nodes and this
 
 
 def _servable_version(*, team: Team, model_version_id: int) -> ModelVersion:

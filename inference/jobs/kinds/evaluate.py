@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import Field
 
 from core.errors import ValidationFailed
+from evalsets.services import dataset_for_job
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
 from inference.jobs.reporter import JobReporter
 from inference.jobs.versions import (
@@ -54,8 +55,6 @@ class Evaluate(JobKindBase):
             raise ValidationFailed("evaluation compares a version with its parent; this version has none")
         dataset, described, labels = None, None, None
         if options.dataset_id is not None:
-            from evalsets.services import dataset_for_job
-
             kinds = ("images",) if source.model.task == "image-classification" else ("texts", "prompts")
             dataset, described = dataset_for_job(
                 team=job.team, dataset_id=options.dataset_id, dest=workdir / "dataset", kinds=kinds

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from core.errors import ValidationFailed
+from evalsets.services import dataset_for_job
 from inference.conversion.hardware import has_vnni
 from inference.conversion.quantize import recommended_options
 from inference.conversion.tuning import DEFAULT_TARGETS, MAX_TRIALS, METRICS, candidates
@@ -195,8 +196,6 @@ def _tune_in_sandbox(
     with sandbox(reporter) as box:
         src = put_version(box, version_inputs(source), "model")
         if dataset_id is not None:
-            from evalsets.services import dataset_for_job
-
             kinds = ("images",) if src["task"] == "image-classification" else ("texts",)
             folder, described = dataset_for_job(
                 team=job.team, dataset_id=dataset_id, dest=workdir / "dataset", kinds=kinds

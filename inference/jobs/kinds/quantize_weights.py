@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from core.errors import ValidationFailed
+from evalsets.services import dataset_text_lines
 from inference.jobs.registry import JobKindBase, KindOptions, Outcome, register
 from inference.jobs.reporter import JobReporter
 from inference.jobs.versions import job_lineage, job_source, put_version, sandbox, version_inputs
@@ -103,6 +104,5 @@ class QuantizeWeights(JobKindBase):
         """The dataset's texts as one line each (what the evaluation reads), and how the report names it."""
         if dataset_id is None:
             return None, {"name": "built-in sentences", "id": None, "count": None}
-        from evalsets.services import dataset_text_lines
 
         return dataset_text_lines(team=job.team, dataset_id=dataset_id, dest=workdir / "texts.txt")
