@@ -37,6 +37,10 @@ def _forget_worker_redis_keys():
     stale = list(client.scan_iter(match=f"{settings.REDIS_PREFIX}:*", count=1000))
     for start in range(0, len(stale), 500):
         client.delete(*stale[start : start + 500])
+    users = [u.decode() for u in client.execute_command("ACL", "USERS")]  # Redis users are global
+    mine = [u for u in users if u.startswith(f"{settings.REDIS_PREFIX}-")]
+    if mine:
+        client.execute_command("ACL", "DELUSER", *mine)
 
 
 @pytest.fixture(autouse=True)

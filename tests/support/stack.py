@@ -73,8 +73,13 @@ class Stack:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         redis = urlsplit(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+        # Not the xdist worker's variables: console.test_settings would give every process of this stack
+        # the worker's Redis prefix instead of the stack's own, so stacks of one worker (and its
+        # in-process tests) would share Redis keys and ACL users, and one stack's `redis_acl apply`
+        # (another SECRET_KEY) would change the passwords another stack's edge was given.
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
         self.env = {
-            **os.environ,
+            **inherited,
             "DATABASE_URL": _with_db(base_db, self.db_name),
             "REDIS_URL": urlunsplit(redis._replace(path="/13")),
             "SECRET_KEY": "e2e-" + os.urandom(16).hex(),
