@@ -68,6 +68,7 @@ try:
     DATASET_MAX_EXPANDED_BYTES = env_int("LANTAU_DATASET_MAX_EXPANDED_BYTES", 4 * 1024**3, minimum=1024)
     DATASET_MAX_ITEMS = env_int("LANTAU_DATASET_MAX_ITEMS", 20_000, minimum=1)
     DATASET_MAX_IMAGE_PIXELS = env_int("LANTAU_DATASET_MAX_IMAGE_PIXELS", 40_000_000, minimum=10_000)
+    DATASET_MAX_TOTAL_PIXELS = env_int("LANTAU_DATASET_MAX_TOTAL_PIXELS", 8_000_000_000, minimum=10_000)
     MAX_PREDICT_BYTES = env_int("LANTAU_MAX_PREDICT_BYTES", 10 * 1024**2, minimum=1024)
     # The largest replica answer the gateway relays (502 above), and the longest line of a stream
     # (review finding L-G); edges take the same as --max-answer-bytes.

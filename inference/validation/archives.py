@@ -22,7 +22,9 @@ from pathlib import Path, PurePosixPath
 from inference.validation.formats import InvalidModel
 
 CHUNK = 1024 * 1024
-EOCD = struct.Struct("<4s4H2LH")  # signature, disk, cd disk, entries here, entries, cd size, cd offset, comment
+EOCD = struct.Struct(
+    "<4s4H2LH"
+)  # signature, disk, cd disk, entries here, entries, cd size, cd offset, comment
 ZIP64_LOCATOR = struct.Struct("<4sLQL")  # signature, disk, offset of the zip64 record, disks
 ZIP64_EOCD = struct.Struct("<4sQ2H2L4Q")  # ..., entries here, entries, cd size, cd offset
 CD_HEADER = struct.Struct("<4s6H3L5H2L")  # a central-directory record's fixed part (46 bytes)
