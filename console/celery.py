@@ -15,13 +15,28 @@ log = logging.getLogger("lantau.sandbox")
 
 
 @worker_ready.connect
-def sandbox_state(**_: object) -> None:
-    """Say at start whether model jobs can run here: the sandbox's isolation, and whether it is required."""
+def sandbox_state(sender: object = None, **_: object) -> None:
+    """Say at start whether model jobs can run here (the sandbox's isolation, whether it is required):
+    in the log, and in Redis for the console's /readyz."""
+    import json
+    import socket
+
     from django.conf import settings
 
+    from accounts import keycache
+    from contract.redis_keys import RedisKeys
     from inference.sandbox import isolation, isolation_refusal
 
-    refusal = isolation_refusal(isolation())
+    found = isolation()
+    refusal = isolation_refusal(found)
+    required = bool(settings.SANDBOX_REQUIRE_ISOLATION) and not settings.SANDBOX_UNSAFE
+    state = {"isolated": refusal is None, "model_jobs": "run" if refusal is None or not required else "refused",
+             "probe": found, "reason": refusal}  # fmt: skip
+    try:
+        keycache.client().hset(RedisKeys(settings.REDIS_PREFIX).sandbox_workers(), socket.gethostname(),
+                               json.dumps(state))  # fmt: skip
+    except Exception:  # the log below still says it
+        log.exception("sandbox: could not publish the sandbox state to Redis")
     if refusal is None:
         log.info("sandbox: isolated (another uid, a network namespace); model jobs run")
     elif settings.SANDBOX_REQUIRE_ISOLATION and not settings.SANDBOX_UNSAFE:

@@ -92,3 +92,23 @@ def test_as_root_the_job_runs_isolated_as_another_uid_in_a_network_namespace():
             found = box.call("confinement", {"connect": [["127.0.0.1", port]]})
     assert found["uid"] != os.getuid() and found["uid"] == pwd.getpwnam("nobody").pw_uid
     assert found["connect"][f"127.0.0.1:{port}"].startswith("refused"), found["connect"]
+
+
+@pytest.mark.django_db
+def test_readyz_shows_each_workers_sandbox_state(client, settings):
+    import socket as sockets
+
+    from accounts import keycache
+    from console.celery import sandbox_state
+    from contract.redis_keys import RedisKeys
+
+    key = RedisKeys(settings.REDIS_PREFIX).sandbox_workers()
+    keycache.client().delete(key)
+    sandbox_state()  # what the worker does once it is ready
+    body = client.get("/readyz").json()
+    assert body["status"] == "ready"
+    assert body["sandbox"][sockets.gethostname()] == {"isolated": True, "model_jobs": "run", "reason": None}
+    keycache.client().hset(key, "image-worker", json.dumps({"isolated": False, "model_jobs": "refused",
+                                                           "reason": "the sandbox cannot isolate here: x"}))  # fmt: skip
+    assert client.get("/readyz").json()["sandbox"]["image-worker"]["model_jobs"] == "refused"
+    keycache.client().delete(key)
