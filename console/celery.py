@@ -4,7 +4,7 @@ import logging
 import os
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import worker_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -12,6 +12,18 @@ app = Celery("console")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 log = logging.getLogger("lantau.sandbox")
+
+
+@worker_init.connect
+def share_data_group(**_: object) -> None:
+    """A root worker (the image's, so that the sandbox can drop to another uid) writes what the console,
+    which runs as ``LANTAU_WORKER_DATA_GROUP``'s user, can still write: that group, group-writable."""
+    import grp
+
+    group = os.environ.get("LANTAU_WORKER_DATA_GROUP", "")
+    if group and os.geteuid() == 0:
+        os.setegid(grp.getgrnam(group).gr_gid)
+        os.umask(0o002)
 
 
 @worker_ready.connect
