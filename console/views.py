@@ -58,9 +58,8 @@ def _sandbox_workers() -> dict:
         except ValueError:
             continue
         if isinstance(state, dict):
-            states[host.decode(errors="replace")] = {
-                k: state.get(k) for k in ("isolated", "model_jobs", "reason")
-            }
+            name = host.decode(errors="replace") if isinstance(host, bytes) else str(host)
+            states[name] = {k: state.get(k) for k in ("isolated", "model_jobs", "reason")}
     return states
 
 
