@@ -63,11 +63,17 @@ try:
     SANDBOX_TIMEOUT_S = env_int("LANTAU_SANDBOX_TIMEOUT_S", 3600, minimum=10)
     SANDBOX_FILE_BYTES = env_int("LANTAU_SANDBOX_FILE_BYTES", 16 * 1024**3, minimum=1024**2)
     SANDBOX_USER = env_str("LANTAU_SANDBOX_USER", "nobody")
+    # Fail closed (security review H-C): model jobs are refused where the sandbox cannot drop to another
+    # uid and isolate the network. Default on, off for a LANTAU_DEBUG=1 development run (which warns);
+    # LANTAU_SANDBOX_UNSAFE=1 accepts the risk explicitly.
+    SANDBOX_REQUIRE_ISOLATION = env_bool("LANTAU_SANDBOX_REQUIRE_ISOLATION", not DEBUG)
+    SANDBOX_UNSAFE = env_bool("LANTAU_SANDBOX_UNSAFE", False)
     # Validation datasets (issue 12; docs/quantization.md, "Validation datasets"): upload caps.
     DATASET_MAX_BYTES = env_int("LANTAU_DATASET_MAX_BYTES", 1024**3, minimum=1024)
     DATASET_MAX_EXPANDED_BYTES = env_int("LANTAU_DATASET_MAX_EXPANDED_BYTES", 4 * 1024**3, minimum=1024)
     DATASET_MAX_ITEMS = env_int("LANTAU_DATASET_MAX_ITEMS", 20_000, minimum=1)
     DATASET_MAX_IMAGE_PIXELS = env_int("LANTAU_DATASET_MAX_IMAGE_PIXELS", 40_000_000, minimum=10_000)
+    DATASET_MAX_TOTAL_PIXELS = env_int("LANTAU_DATASET_MAX_TOTAL_PIXELS", 8_000_000_000, minimum=10_000)
     MAX_PREDICT_BYTES = env_int("LANTAU_MAX_PREDICT_BYTES", 10 * 1024**2, minimum=1024)
     # The largest replica answer the gateway relays (502 above), and the longest line of a stream
     # (review finding L-G); edges take the same as --max-answer-bytes.

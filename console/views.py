@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import plotly
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import FileResponse, JsonResponse
@@ -13,6 +15,7 @@ from django.views.decorators.http import require_GET
 
 from accounts import keycache
 from accounts.current import membership_for_request
+from contract.redis_keys import RedisKeys
 from inference import selectors
 from inference.live import node_stats_payload, region_traffic
 
@@ -37,7 +40,27 @@ def readyz(request):
         problems.append("redis")
     if problems:
         return JsonResponse({"status": "unavailable", "failing": problems}, status=503)
-    return JsonResponse({"status": "ready"})
+    return JsonResponse({"status": "ready", "sandbox": _sandbox_workers()})
+
+
+def _sandbox_workers() -> dict:
+    """Each worker's sandbox state as it reported it at start: isolated, and whether model jobs run
+    (a worker that cannot isolate refuses them unless the operator accepted the risk). Not a readiness
+    condition of the console itself."""
+    try:
+        raw = keycache.client().hgetall(RedisKeys(settings.REDIS_PREFIX).sandbox_workers())
+    except Exception:
+        return {}
+    states = {}
+    for host, value in raw.items():
+        try:
+            state = json.loads(value)
+        except ValueError:
+            continue
+        if isinstance(state, dict):
+            name = host.decode(errors="replace") if isinstance(host, bytes) else str(host)
+            states[name] = {k: state.get(k) for k in ("isolated", "model_jobs", "reason")}
+    return states
 
 
 @login_required

@@ -64,6 +64,10 @@ class RedisKeys:
     def api_key_floor(self, key_prefix: str) -> str:
         return f"{self.prefix}:apikey-rev:{key_prefix}"
 
+    def sandbox_workers(self) -> str:
+        """Hash worker host -> its sandbox state, JSON (the worker writes it at start; /readyz shows it)."""
+        return f"{self.prefix}:sandbox:workers"
+
     def api_keys_changed(self) -> str:
         return f"{self.prefix}:apikeys:changed"
 

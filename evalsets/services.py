@@ -6,6 +6,7 @@ import json
 import re
 import tempfile
 from collections.abc import Iterable
+from dataclasses import asdict
 from pathlib import Path
 
 from django.conf import settings
@@ -15,12 +16,14 @@ from accounts.models import Team
 from accounts.permissions import permission_require
 from accounts.services import audit_record
 from core.errors import Conflict, ValidationFailed
-from evalsets.checks import Checked, DatasetLimits, check_image_archive, check_json_lines
+from evalsets.checks import Checked, DatasetLimits, check_json_lines
 from evalsets.models import Dataset, DatasetKind
 from evalsets.selectors import dataset_get_by_id
 from inference import storage
+from inference.sandbox import Sandbox, SandboxFailed, SandboxLimits
 from inference.services.blobs import blobs_in_use
 from inference.validation.archives import ArchiveLimits, extract_zip
+from inference.validation.formats import InvalidModel
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
@@ -30,6 +33,18 @@ def limits() -> DatasetLimits:
         max_items=settings.DATASET_MAX_ITEMS,
         max_expanded_bytes=settings.DATASET_MAX_EXPANDED_BYTES,
         max_image_pixels=settings.DATASET_MAX_IMAGE_PIXELS,
+        max_total_pixels=settings.DATASET_MAX_TOTAL_PIXELS,
+    )
+
+
+def check_limits() -> SandboxLimits:
+    """The sandbox child that checks an image set: the model imports' memory, CPU and file limits."""
+    return SandboxLimits(
+        memory_bytes=settings.SANDBOX_MEMORY_BYTES,
+        cpu_seconds=settings.SANDBOX_CPU_S,
+        timeout_s=float(settings.SANDBOX_TIMEOUT_S),
+        file_bytes=settings.SANDBOX_FILE_BYTES,
+        user=settings.SANDBOX_USER,
     )
 
 
@@ -66,8 +81,59 @@ def dataset_create(
 
 def _check(upload: Path, kind: str, work: Path) -> Checked:
     if kind == DatasetKind.IMAGES:
-        return check_image_archive(upload, work, limits())
+        return _check_images_in_sandbox(upload, work)
     return check_json_lines(upload, kind, work / "normalised.jsonl", limits())
+
+
+def _check_images_in_sandbox(upload: Path, work: Path) -> Checked:
+    """Extract and decode the image set in a sandbox child (rlimits bound its memory and CPU), not here.
+
+    The answer stays the same: a refusal is a 422 with the reason, and so is a set the child could not
+    check within its limits (memory, CPU seconds, time).
+    """
+    try:
+        with Sandbox(check_limits()) as box:
+            archive = box.put("upload.zip", upload)
+            args = {"archive": str(archive), "work": str(box.out), "limits": asdict(limits())}
+            found = box.call("check_image_set", args)
+            path = box.take(_relative(found.get("path")), work / "normalised.zip")
+    except InvalidModel as exc:
+        raise ValidationFailed(str(exc)) from None
+    except SandboxFailed as exc:
+        raise ValidationFailed(f"the image set could not be checked: {exc}") from None
+    return _checked(found, path)
+
+
+def _relative(value: object) -> str:
+    if not isinstance(value, str) or value.startswith("/") or ".." in value.split("/"):
+        raise ValidationFailed("the image set could not be checked: the check wrote no normalised set")
+    return value
+
+
+def _checked(found: dict, path: Path) -> Checked:
+    """The child's answer, type-checked: it decoded hostile files, so nothing it says is taken as is."""
+    counts = found.get("class_counts") or {}
+    samples = found.get("samples") or []
+    ok = (
+        isinstance(found.get("item_count"), int)
+        and isinstance(found.get("labelled"), bool)
+        and isinstance(counts, dict)
+        and all(isinstance(k, str) and isinstance(v, int) for k, v in counts.items())
+        and isinstance(samples, list)
+        and all(_sample_ok(sample) for sample in samples)
+    )
+    if not ok:
+        raise ValidationFailed("the image set could not be checked: the check's answer was malformed")
+    return Checked(path, found["item_count"], found["labelled"], counts, samples)
+
+
+def _sample_ok(sample: object) -> bool:
+    return (
+        isinstance(sample, dict)
+        and set(sample) == {"label", "name", "thumbnail"}
+        and all(isinstance(v, str) for v in sample.values())
+        and sample["thumbnail"].startswith("data:image/jpeg;base64,")
+    )
 
 
 def _store(

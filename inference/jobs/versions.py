@@ -19,7 +19,7 @@ from evalsets.selectors import dataset_get_by_id
 from inference import storage
 from inference.jobs.reporter import JobReporter
 from inference.models import Job, ModelVersion
-from inference.sandbox import Sandbox, SandboxLimits
+from inference.sandbox import Sandbox, SandboxFailed, SandboxLimits, isolation, isolation_refusal
 from inference.services.registry import version_derive, version_file
 
 # What a converted model is compared on unless the kind says otherwise (validation inputs, timed runs).
@@ -73,9 +73,23 @@ def sandbox_limits() -> SandboxLimits:
     )
 
 
+def sandbox_isolation_required() -> bool:
+    return bool(settings.SANDBOX_REQUIRE_ISOLATION) and not settings.SANDBOX_UNSAFE
+
+
 @contextmanager
 def sandbox(reporter: JobReporter) -> Iterator[Sandbox]:
-    """A sandbox for one job step; what the child printed lands in the job's log, scrubbed."""
+    """A sandbox for one job step; what the child printed lands in the job's log, scrubbed.
+
+    Fails closed: where the sandbox can neither drop to another uid nor isolate the network (either gap
+    is enough), the step is refused with the reason, unless the operator accepted the risk
+    (``LANTAU_SANDBOX_UNSAFE=1``, or ``LANTAU_SANDBOX_REQUIRE_ISOLATION=0``); then the job log says so.
+    """
+    refusal = isolation_refusal(isolation())
+    if refusal and sandbox_isolation_required():
+        raise SandboxFailed(refusal)
+    if refusal:
+        reporter.note(f"sandbox: WARNING, running without isolation (accepted by the operator): {refusal}")
     with Sandbox(sandbox_limits(), note=reporter.note) as box:
         yield box
 

@@ -6,6 +6,13 @@ inference.sandbox.child`` with an allowlisted environment, no network, resource 
 unprivileged user; ``tasks`` names the only functions the child will run. Django-free on purpose.
 """
 
-from inference.sandbox.box import Sandbox, SandboxFailed, SandboxLimits, isolation
+from inference.sandbox.box import (
+    Sandbox,
+    SandboxFailed,
+    SandboxLimits,
+    isolation,
+    isolation_gaps,
+    isolation_refusal,
+)
 
-__all__ = ["Sandbox", "SandboxFailed", "SandboxLimits", "isolation"]
+__all__ = ["Sandbox", "SandboxFailed", "SandboxLimits", "isolation", "isolation_gaps", "isolation_refusal"]

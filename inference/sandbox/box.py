@@ -127,6 +127,31 @@ def isolation() -> dict[str, Any]:
     return found
 
 
+UNSAFE_HINT = (
+    "run the worker as root with CAP_SETUID/CAP_SETGID (and CAP_SYS_ADMIN in a container, for the network "
+    'namespace; docs/deployment.md, "The sandbox"), or set LANTAU_SANDBOX_UNSAFE=1 to accept the risk'
+)
+
+
+def isolation_gaps(found: dict[str, Any]) -> list[str]:
+    """What the probe says the sandbox cannot do here: drop to another uid, isolate the network."""
+    gaps = []
+    if not found.get("root"):
+        gaps.append("it cannot drop to another uid (the worker is not root), so model code could read the "
+                    "worker's /proc/<pid>/environ and files")  # fmt: skip
+    if found.get("network") != "namespace":
+        gaps.append(f"it has no network namespace ({found.get('network')}), so native code could connect out")
+    return gaps
+
+
+def isolation_refusal(found: dict[str, Any]) -> str | None:
+    """The job error when model code may not run here (fail closed), or None when the sandbox isolates."""
+    gaps = isolation_gaps(found)
+    if not gaps:
+        return None
+    return f"the sandbox cannot isolate here: {'; '.join(gaps)}. Refused: {UNSAFE_HINT}"
+
+
 class Sandbox:
     """``with Sandbox(limits) as box``: ``put`` inputs, ``call`` a task, ``take`` outputs."""
 

@@ -221,7 +221,21 @@ def confinement(args: Args, progress: Progress) -> dict[str, Any]:
     return seen
 
 
+def check_image_set(args: Args, progress: Progress) -> dict[str, Any]:
+    """Check an uploaded image set (extract, decode every image) into out/; what the dataset records."""
+    from dataclasses import asdict
+
+    from inference.validation.image_sets import DatasetLimits, check_image_archive
+
+    progress(5, "checking the image set")
+    limits = DatasetLimits(**dict(args["limits"]))
+    checked = check_image_archive(Path(args["archive"]), Path(args["work"]), limits)
+    found = asdict(checked) | {"path": str(checked.path.relative_to(args["work"])), "pid": os.getpid()}
+    return as_json(found)
+
+
 TASKS: dict[str, Callable[[Args, Progress], dict[str, Any]]] = {
+    "check_image_set": check_image_set,
     "check_upload": check_upload,
     "export": export,
     "convert": convert,

@@ -2,12 +2,18 @@
 
 Sizes are checked twice: first from the central directory (cheap, refuses honest bombs before a
 byte is written), then while streaming each entry out (headers can lie about sizes).
+
+Before ``zipfile`` sees the archive (it builds an object of about 500 bytes for every central-directory
+record, millions for a hostile upload), ``_directory_bounds`` reads the end-of-central-directory record
+(and its zip64 form) and walks the central directory's fixed-size headers with constant memory: too
+many entries, or a directory larger than the entries allowed could need, is refused first.
 """
 
 from __future__ import annotations
 
 import shutil
 import stat
+import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -16,6 +22,14 @@ from pathlib import Path, PurePosixPath
 from inference.validation.formats import InvalidModel
 
 CHUNK = 1024 * 1024
+EOCD = struct.Struct(
+    "<4s4H2LH"
+)  # signature, disk, cd disk, entries here, entries, cd size, cd offset, comment
+ZIP64_LOCATOR = struct.Struct("<4sLQL")  # signature, disk, offset of the zip64 record, disks
+ZIP64_EOCD = struct.Struct("<4sQ2H2L4Q")  # ..., entries here, entries, cd size, cd offset
+CD_HEADER = struct.Struct("<4s6H3L5H2L")  # a central-directory record's fixed part (46 bytes)
+CD_BYTES_PER_ENTRY = 512  # fixed part, a long name and the usual extra fields, with room to spare
+TAIL_BYTES = EOCD.size + 0xFFFF  # the EOCD sits in the last 22 bytes plus a comment of at most 64 KiB
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,7 @@ def extract_zip(archive: Path, dest: Path, limits: ArchiveLimits = ArchiveLimits
     dest = Path(dest)
     if dest.exists():
         raise FileExistsError(dest)
+    check_directory(archive, limits)
     try:
         with zipfile.ZipFile(archive) as zf:
             entries = _checked_entries(zf, limits)
@@ -48,10 +63,81 @@ def extract_zip(archive: Path, dest: Path, limits: ArchiveLimits = ArchiveLimits
         raise
 
 
+def check_directory(archive: Path, limits: ArchiveLimits) -> int:
+    """The number of central-directory entries, read without ``zipfile``; InvalidModel past the limits.
+
+    Cheap whatever the archive holds: the EOCD (zip64 too) gives the count and the directory's size,
+    refused above ``max_files`` entries or ``max_files * CD_BYTES_PER_ENTRY`` bytes; then the headers are
+    walked one at a time (names are skipped, not read), so a count the EOCD understates is caught too.
+    """
+    bound = limits.max_files * CD_BYTES_PER_ENTRY + 0xFFFF
+    with open(archive, "rb") as handle:
+        count, size, start = _directory_bounds(handle)
+        if count > limits.max_files:
+            raise InvalidModel(_too_many(count, limits))
+        if size > bound:
+            raise InvalidModel(
+                f"the archive's central directory is {size} bytes, more than {limits.max_files} entries need "
+                f"(at most {bound} bytes): refused"
+            )
+        walked = _walk_directory(handle, start, size, limits.max_files)
+    if walked > limits.max_files:
+        raise InvalidModel(_too_many(walked, limits))
+    return walked
+
+
+def _too_many(count: int, limits: ArchiveLimits) -> str:
+    return f"the archive has {count} entries; the limit is {limits.max_files}"
+
+
+def _directory_bounds(handle) -> tuple[int, int, int]:
+    """(entries, size, start offset) of the central directory, from the EOCD record or its zip64 form."""
+    end = handle.seek(0, 2)
+    tail_start = max(0, end - TAIL_BYTES)
+    handle.seek(tail_start)
+    tail = handle.read()
+    at = tail.rfind(b"PK\x05\x06", 0, max(0, len(tail) - EOCD.size + 4))
+    if at < 0:
+        raise InvalidModel("the upload is not a readable zip archive (no end of central directory)")
+    _, _, _, _, count, size, _, _ = EOCD.unpack_from(tail, at)
+    eocd_at = tail_start + at
+    record_at = eocd_at  # where the directory ends: the (zip64) end record follows it
+    locator_at = at - ZIP64_LOCATOR.size
+    if locator_at >= 0 and tail[locator_at : locator_at + 4] == b"PK\x06\x07":
+        _, _, zip64_at, _ = ZIP64_LOCATOR.unpack_from(tail, locator_at)
+        handle.seek(zip64_at)
+        raw = handle.read(ZIP64_EOCD.size)
+        if len(raw) < ZIP64_EOCD.size or raw[:4] != b"PK\x06\x06":
+            raise InvalidModel("the upload is not a readable zip archive (corrupt zip64 end record)")
+        fields = ZIP64_EOCD.unpack(raw)  # what zipfile reads then too (the EOCD holds 0xFFFF markers)
+        count, size = max(fields[6], fields[7]), fields[8]
+        record_at = zip64_at
+    start = record_at - size
+    if start < 0:
+        raise InvalidModel("the upload is not a readable zip archive (central directory out of bounds)")
+    return count, size, start
+
+
+def _walk_directory(handle, start: int, size: int, max_files: int) -> int:
+    """Count central-directory records from ``start``, stopping one past ``max_files``; names are skipped."""
+    handle.seek(start)
+    count, done = 0, 0
+    while done + CD_HEADER.size <= size and count <= max_files:
+        fixed = handle.read(CD_HEADER.size)
+        if len(fixed) < CD_HEADER.size or fixed[:4] != b"PK\x01\x02":
+            break  # what follows is zipfile's to judge (prepended data shifts offsets; it copes)
+        fields = CD_HEADER.unpack(fixed)
+        skip = fields[10] + fields[11] + fields[12]  # name, extra field and comment lengths
+        handle.seek(skip, 1)
+        done += CD_HEADER.size + skip
+        count += 1
+    return count
+
+
 def _checked_entries(zf: zipfile.ZipFile, limits: ArchiveLimits) -> list[zipfile.ZipInfo]:
     infos = zf.infolist()
     if len(infos) > limits.max_files:
-        raise InvalidModel(f"the archive has {len(infos)} entries; the limit is {limits.max_files}")
+        raise InvalidModel(_too_many(len(infos), limits))
     seen: set[str] = set()
     total = 0
     files = []
